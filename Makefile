@@ -1,0 +1,52 @@
+# SiftStream: the two front-door commands are `make run` and `make test`.
+# Both set everything up themselves (virtual environment, Python packages, JVM jars, broker)
+# and are idempotent: a second call reuses what the first one installed or fetched.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# the stamp changes when pyproject.toml does, so dependency changes reinstall
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: setup jars run test test-unit bench lint clean down
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "==> installing Python packages into $(VENV) (pip's cache makes repeats fast)"
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+jars: setup
+	@$(BIN)/siftstream infra jars > /dev/null
+
+## the whole pipeline on the built-in default: broker, topics, workload, jobs, summary
+run: jars
+	$(BIN)/siftstream run
+
+## every test: unit, Spark, Kafka integration and standalone-cluster tiers (services start and stop inside)
+test: jars
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## only the pure tests (no JVM, no broker): seconds
+test-unit: setup
+	$(BIN)/python -m pytest tests/unit routing schemas producers -q
+
+bench: jars
+	$(BIN)/python bench/ingest.py
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy routing schemas
+
+down:
+	-@$(BIN)/siftstream infra spark-down
+	-@$(BIN)/siftstream infra down
+
+clean: down
+	rm -rf .siftstream

@@ -1,0 +1,63 @@
+"""How SiftStream reaches Kafka: one frozen config, built at the edge, used by every client.
+
+A user with their own cluster passes ``--bootstrap-servers`` and, for SASL/TLS, ``--kafka-config
+FILE``: a Java-style properties file. Keys in it go to both client stacks (Spark's JVM client and
+librdkafka in confluent-kafka); a key prefixed ``java.`` goes only to Spark and one prefixed
+``librdkafka.`` only to confluent-kafka, for the few settings whose names differ
+(``sasl.jaas.config`` vs ``sasl.username``, truststores vs PEM files).
+
+>>> c = KafkaConnection("127.0.0.1:9092", (("security.protocol", "SASL_SSL"),
+...                                        ("java.sasl.mechanism", "PLAIN"), ("librdkafka.sasl.mechanisms", "PLAIN")))
+>>> c.spark_options()["kafka.sasl.mechanism"], c.confluent()["sasl.mechanisms"]
+('PLAIN', 'PLAIN')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """Bootstrap servers plus extra client properties (security and the like)."""
+
+    bootstrap_servers: str
+    properties: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_file(cls, bootstrap_servers: str, path: str | Path | None) -> KafkaConnection:
+        """Read extra properties from a ``key=value`` file (``#`` comments, blank lines allowed)."""
+        if path is None:
+            return cls(bootstrap_servers)
+        props = []
+        for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            if "=" not in line:
+                raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
+            key, value = line.split("=", 1)
+            props.append((key.strip(), value.strip()))
+        return cls(bootstrap_servers, tuple(props))
+
+    def _props(self, own: str, other: str) -> dict[str, str]:
+        out = {}
+        for key, value in self.properties:
+            if key.startswith(other):
+                continue
+            out[key.removeprefix(own)] = value
+        return out
+
+    def confluent(self, **extra: str | int | bool) -> dict[str, str | int | bool]:
+        """Configuration for a confluent-kafka (librdkafka) client."""
+        conf: dict[str, str | int | bool] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self._props("librdkafka.", "java."))
+        conf.update(extra)
+        return conf
+
+    def spark_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source and sink (``kafka.``-prefixed client properties)."""
+        opts = {"kafka.bootstrap.servers": self.bootstrap_servers}
+        opts.update({f"kafka.{k}": v for k, v in self._props("java.", "librdkafka.").items()})
+        return opts

@@ -1,0 +1,40 @@
+"""Create every SiftStream topic from the one declaration in ``schemas.topics``, idempotently."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from infra.connection import KafkaConnection
+from schemas.topics import TOPICS, TopicSpec
+
+
+def ensure_topics(conn: KafkaConnection, prefix: str = "", replication: int = 1,
+                  specs: tuple[TopicSpec, ...] | None = None) -> list[str]:
+    """Create the topics that do not exist yet; return one line per topic saying what happened.
+
+    Parameters
+    ----------
+    conn : KafkaConnection
+        The cluster.
+    prefix : str
+        Prepended to every topic name (tests give each test its own topics this way).
+    replication : int
+        Replication factor for new topics (1 on the local single-node broker).
+    """
+    admin = AdminClient(conn.confluent())
+    existing = admin.list_topics(timeout=15).topics
+    wanted = specs if specs is not None else tuple(TOPICS.values())
+    new = [NewTopic(prefix + t.name, t.partitions, replication, config=t.config())
+           for t in wanted if prefix + t.name not in existing]
+    lines = [f"exists   {prefix + t.name}" for t in wanted if prefix + t.name in existing]
+    if new:
+        for name, fut in admin.create_topics(new, request_timeout=30).items():
+            try:
+                fut.result(30)
+                lines.append(f"created  {name}")
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise RuntimeError(f"could not create topic {name}: {exc}") from exc
+                lines.append(f"exists   {name}")
+    return sorted(lines, key=lambda line: line.split()[-1])

@@ -1,0 +1,1 @@
+"""Everything that writes input to Kafka: workload generators, fault injection, the Kafka writer."""

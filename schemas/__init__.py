@@ -1,0 +1,1 @@
+"""Avro schemas of every SiftStream topic (``*.avsc``), the one codec, topics and validation rules."""

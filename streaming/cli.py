@@ -1,0 +1,242 @@
+"""The ``siftstream`` command line: infrastructure, producers, jobs and the demo pipeline.
+
+Every command builds its frozen configs here, at the edge, and passes them down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from infra.connection import KafkaConnection
+
+DEFAULT_HOME = Path(".siftstream")
+
+
+def _home(args: argparse.Namespace) -> Path:
+    return Path(args.home).resolve()
+
+
+def _broker_cfg(args: argparse.Namespace) -> Any:
+    from infra.kafka import BrokerConfig
+
+    return BrokerConfig(home=_home(args) / "kafka", port=args.port, controller_port=args.controller_port)
+
+
+def _local_bootstrap(args: argparse.Namespace) -> str:
+    return f"127.0.0.1:{args.port}"
+
+
+def connection(args: argparse.Namespace) -> KafkaConnection:
+    """The cluster: ``--bootstrap-servers`` when given, else the local broker."""
+    servers = args.bootstrap_servers or _local_bootstrap(args)
+    return KafkaConnection.from_file(servers, args.kafka_config)
+
+
+def _jars(args: argparse.Namespace) -> Any:
+    from infra.jars import ensure_jars
+
+    return ensure_jars()
+
+
+def _cluster_cfg(args: argparse.Namespace) -> Any:
+    from infra.spark_cluster import ClusterConfig
+
+    return ClusterConfig(home=_home(args) / "spark", port=args.spark_port, webui_port=args.spark_webui_port,
+                         worker_webui_port=args.spark_webui_port + 1)
+
+
+# ---- infra -----------------------------------------------------------------------------------
+
+def cmd_infra(args: argparse.Namespace) -> int:
+    from infra import kafka, spark_cluster
+    from infra.topics import ensure_topics
+
+    action = args.action
+    if action == "jars":
+        jars = _jars(args)
+        print("spark connector jars:\n  " + "\n  ".join(str(j) for j in jars.spark))
+        print(f"kafka broker jars: {jars.kafka_dir}")
+    elif action == "up":
+        if args.bootstrap_servers:
+            print(f"using the cluster at {args.bootstrap_servers}; nothing local is started")
+            return 0
+        print(kafka.up(_broker_cfg(args), _jars(args)))
+    elif action == "down":
+        print(kafka.down(_broker_cfg(args)))
+    elif action == "status":
+        print(kafka.status(_broker_cfg(args)))
+        print(spark_cluster.status(_cluster_cfg(args)))
+    elif action == "topics":
+        for line in ensure_topics(connection(args), args.topic_prefix, args.replication):
+            print(line)
+    elif action == "spark-up":
+        print(spark_cluster.up(_cluster_cfg(args)))
+    elif action == "spark-down":
+        print(spark_cluster.down(_cluster_cfg(args)))
+    return 0
+
+
+# ---- produce ---------------------------------------------------------------------------------
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from producers.produce import ProduceConfig, produce_events
+    from schemas.topics import TOPICS
+
+    topic = args.topic_prefix + TOPICS["siftstream.events.v1"].name
+    cfg = ProduceConfig(topic=topic, count=args.count, rate=args.rate, bad_fraction=args.bad_fraction,
+                        publishers=args.publishers, seed=args.seed, progress=not args.quiet)
+    result = produce_events(connection(args), cfg)
+    rep = result.report
+    print(f"{rep.delivered} of {rep.sent} records delivered to {topic} in {result.seconds:.2f}s "
+          f"({result.events_per_s:,.0f} events/s, {result.mb_per_s:.1f} MB/s); "
+          f"{result.good} well-formed, {sum(result.faults.values())} deliberately bad"
+          + (f" {dict(result.faults)}" if result.faults else ""))
+    if rep.failed:
+        print(f"FAILED: {rep.failed} records were not delivered: {rep.errors}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---- jobs ------------------------------------------------------------------------------------
+
+def _spark(args: argparse.Namespace) -> Any:
+    from streaming.session import SparkConfig, build_session
+
+    return build_session(SparkConfig(master=args.master, ui=args.spark_ui), _jars(args))
+
+
+def _validation_cfg(args: argparse.Namespace) -> Any:
+    from streaming.validation_job import ValidationConfig
+
+    home = _home(args)
+    return ValidationConfig(
+        conn=connection(args),
+        checkpoint=Path(args.checkpoint) if args.checkpoint else home / "checkpoints" / f"validation{args.topic_prefix}",
+        topic_prefix=args.topic_prefix,
+        available_now=args.available_now,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        stats_file=Path(args.stats) if args.stats else home / "stats" / f"validation{args.topic_prefix}.jsonl",
+    )
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from streaming.validation_job import run
+
+    cfg = _validation_cfg(args)
+    spark = _spark(args)
+    print(f"[validation] reading {len(cfg.input_specs())} input topics, dead letters to {cfg.deadletter_topic}, "
+          f"checkpoint {cfg.checkpoint}", file=sys.stderr)
+    run(spark, cfg, quiet=args.quiet)
+    spark.stop()
+    return 0
+
+
+def cmd_deadletter(args: argparse.Namespace) -> int:
+    from streaming.readers import read_topic, summarize_dead_letters
+    from schemas.topics import DEADLETTER_TOPIC
+
+    records = read_topic(connection(args), args.topic_prefix + DEADLETTER_TOPIC, "DeadLetter")
+    summary = summarize_dead_letters(records)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{summary['total']} dead letters ({summary['distinct']} distinct keys)")
+        for code, entry in summary["by_code"].items():
+            print(f"  {code:15} {entry['count']:7}  e.g. {entry['example']}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from streaming.demo import DemoConfig, run_demo
+
+    cfg = DemoConfig(home=_home(args), port=args.port, controller_port=args.controller_port,
+                     bootstrap_servers=args.bootstrap_servers, kafka_config=args.kafka_config,
+                     events=args.events, bad_fraction=args.bad_fraction, seed=args.seed, master=args.master)
+    return run_demo(cfg)
+
+
+# ---- parser ----------------------------------------------------------------------------------
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--home", default=str(DEFAULT_HOME), help="state folder: broker data, checkpoints, logs (default: %(default)s)")
+    p.add_argument("--bootstrap-servers", help="use this Kafka cluster instead of the local broker")
+    p.add_argument("--kafka-config", help="client properties file (SASL/TLS); 'java.'/'librdkafka.' prefixes target one client")
+    p.add_argument("--port", type=int, default=9092, help="local broker port (default: %(default)s)")
+    p.add_argument("--controller-port", type=int, default=9093, help="local KRaft controller port (default: %(default)s)")
+    p.add_argument("--topic-prefix", default="", help="prefix for every topic name (default: none)")
+
+
+def _spark_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", default="local[2]", help="Spark master: local[N] or spark://host:port (default: %(default)s)")
+    p.add_argument("--spark-ui", action="store_true", help="start the Spark web UI")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="siftstream", description="Content-based publish/subscribe on Kafka and Spark.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("infra", help="local Kafka broker, topics, jars, Spark standalone cluster")
+    p.add_argument("action", choices=["up", "down", "status", "topics", "jars", "spark-up", "spark-down"])
+    _common(p)
+    p.add_argument("--replication", type=int, default=1, help="replication factor for new topics (default: %(default)s)")
+    p.add_argument("--spark-port", type=int, default=7077, help="standalone master port (default: %(default)s)")
+    p.add_argument("--spark-webui-port", type=int, default=18080, help="master web UI port; the worker's is +1")
+    p.set_defaults(func=cmd_infra)
+
+    p = sub.add_parser("produce", help="write a workload to Kafka")
+    p.add_argument("workload", choices=["events"], help="what to produce (more presets come with the producers work)")
+    _common(p)
+    p.add_argument("--count", type=int, default=10_000, help="records to write (default: %(default)s)")
+    p.add_argument("--rate", type=float, default=0.0, help="records per second, 0 = as fast as possible (default)")
+    p.add_argument("--bad-fraction", type=float, default=0.0, help="fraction of deliberately bad records (default: 0)")
+    p.add_argument("--publishers", type=int, default=8, help="number of publishers (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("validate", help="run the validation / dead-letter job")
+    _common(p)
+    _spark_opts(p)
+    p.add_argument("--available-now", action="store_true", help="process what is there now, then stop")
+    p.add_argument("--checkpoint", help="checkpoint folder (default: HOME/checkpoints/validation)")
+    p.add_argument("--stats", help="JSON Lines file for per-batch counts (default: HOME/stats/validation.jsonl)")
+    p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("deadletter", help="summarize the dead-letter topic")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_deadletter)
+
+    p = sub.add_parser("run", help="the whole pipeline on the built-in default, with a summary")
+    _common(p)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--events", type=int, default=20_000, help="events to publish (default: %(default)s)")
+    p.add_argument("--bad-fraction", type=float, default=0.02, help="deliberately bad share (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # a job stopped by SIGTERM (service managers, CI) shuts down as on Ctrl-C
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except (RuntimeError, TimeoutError, ValueError, FileNotFoundError) as exc:
+        print(f"siftstream: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

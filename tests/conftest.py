@@ -1,0 +1,69 @@
+"""Shared fixtures. Tiers by directory: unit (pure), spark (local SparkSession), integration
+(the real Kafka broker that this test run starts on free ports and stops at the end)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.connection import KafkaConnection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "spark" in parts:
+            item.add_marker(pytest.mark.spark)
+        if "integration" in parts:
+            item.add_marker(pytest.mark.kafka)
+
+
+@pytest.fixture(scope="session")
+def jars():  # type: ignore[no-untyped-def]
+    from infra.jars import ensure_jars
+
+    return ensure_jars()
+
+
+@pytest.fixture(scope="session")
+def spark(jars):  # type: ignore[no-untyped-def]
+    from streaming.session import SparkConfig, build_session
+
+    session = build_session(SparkConfig(app_name="siftstream-tests"), jars)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_conn(jars, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaConnection]:
+    """The broker for this test run: started here on free ports, stopped at the end (also when
+    tests fail). SIFTSTREAM_TEST_BOOTSTRAP points the tests at a running broker instead."""
+    external = os.environ.get("SIFTSTREAM_TEST_BOOTSTRAP")
+    if external:
+        yield KafkaConnection(external)
+        return
+    from infra import kafka
+
+    cfg = kafka.BrokerConfig(home=tmp_path_factory.mktemp("kafka"), port=kafka.free_port(),
+                             controller_port=kafka.free_port())
+    kafka.up(cfg, jars)
+    try:
+        yield KafkaConnection(cfg.bootstrap)
+    finally:
+        kafka.down(cfg)
+
+
+@pytest.fixture
+def topic_prefix(kafka_conn: KafkaConnection) -> str:
+    """A fresh set of every SiftStream topic for one test, so tests never see each other's data."""
+    from infra.topics import ensure_topics
+
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    ensure_topics(kafka_conn, prefix)
+    return prefix

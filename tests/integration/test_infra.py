@@ -1,0 +1,56 @@
+"""The broker, topic provisioning and the producer CLI against the real broker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from infra.connection import KafkaConnection
+from infra.topics import ensure_topics
+from schemas.topics import TOPICS
+from streaming.readers import read_topic
+
+pytestmark = pytest.mark.kafka
+
+
+def test_topics_are_created_once_with_their_declared_layout(kafka_conn: KafkaConnection) -> None:
+    prefix = "infra-test."
+    first = ensure_topics(kafka_conn, prefix)
+    again = ensure_topics(kafka_conn, prefix)
+    assert sum(line.startswith("created") for line in first) == len(TOPICS)
+    assert all(line.startswith("exists") for line in again)
+    admin = AdminClient(kafka_conn.confluent())
+    meta = admin.list_topics(timeout=10).topics
+    for spec in TOPICS.values():
+        assert len(meta[prefix + spec.name].partitions) == spec.partitions
+    resources = [ConfigResource("topic", prefix + t) for t in ("siftstream.subscriptions.v1", "siftstream.events.v1")]
+    configs = {r.name: f.result() for r, f in admin.describe_configs(resources).items()}
+    assert configs[prefix + "siftstream.subscriptions.v1"]["cleanup.policy"].value == "compact"
+    assert configs[prefix + "siftstream.events.v1"]["cleanup.policy"].value == "delete"
+
+
+def test_produce_command_delivers_and_reports(kafka_conn: KafkaConnection, topic_prefix: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "streaming.cli", "produce", "events", "--count", "2500", "--rate", "5000",
+         "--bootstrap-servers", kafka_conn.bootstrap_servers, "--topic-prefix", topic_prefix, "--quiet", "--seed", "4"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "2500 of 2500 records delivered" in done.stdout
+    records = read_topic(kafka_conn, topic_prefix + "siftstream.events.v1", "Event")
+    assert len(records) == 2500
+    assert len({r.value["event_id"] for r in records if r.value}) == 2500
+    assert {r.key.decode() for r in records} == {f"p{i}" for i in range(8)}
+
+
+def test_producer_reports_failures_instead_of_dropping_them(kafka_conn: KafkaConnection) -> None:
+    from producers.kafka_writer import KafkaWriter
+
+    writer = KafkaWriter(kafka_conn, **{"message.timeout.ms": 3000})
+    for i in range(5):
+        writer.send("siftstream.no-such-topic-and-auto-create-is-off", str(i), b"x")
+    report = writer.flush(30)
+    assert report.delivered == 0 and report.failed == 5
+    assert report.errors
