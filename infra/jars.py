@@ -61,8 +61,18 @@ def _fetch(profile: str, dest: Path, log: bool) -> None:
     dest.mkdir(parents=True)
     if log:
         print(f"fetching {profile} jars with Maven into {dest} ...", file=sys.stderr, flush=True)
-    cmd = ["mvn", "-B", "-q", "-f", str(POM), "-P", profile, "dependency:copy-dependencies",
-           f"-DoutputDirectory={dest}", "-DincludeScope=runtime"]
+    cmd = [
+        "mvn",
+        "-B",
+        "-q",
+        "-f",
+        str(POM),
+        "-P",
+        profile,
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={dest}",
+        "-DincludeScope=runtime",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"Maven failed to fetch the {profile} jars:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")

@@ -101,16 +101,33 @@ def free_port() -> int:
 
 
 def _java_opts(cfg: BrokerConfig) -> list[str]:
-    return [f"-Xmx{cfg.heap}", f"-Xms{cfg.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile=file:{LOG4J}", f"-Dkafka.logs.dir={cfg.log_dir}"]
+    return [
+        f"-Xmx{cfg.heap}",
+        f"-Xms{cfg.heap}",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile=file:{LOG4J}",
+        f"-Dkafka.logs.dir={cfg.log_dir}",
+    ]
 
 
 def _format(cfg: BrokerConfig, jars: JarSets) -> None:
     if (cfg.home / "data" / "meta.properties").exists():
         return
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    cmd = [cfg.java, *_java_opts(cfg), "-cp", jars.kafka_classpath, "kafka.tools.StorageTool", "format",
-           "-t", cluster_id, "-c", str(cfg.home / "server.properties"), "--ignore-formatted"]
+    cmd = [
+        cfg.java,
+        *_java_opts(cfg),
+        "-cp",
+        jars.kafka_classpath,
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(cfg.home / "server.properties"),
+        "--ignore-formatted",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"formatting Kafka storage failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -139,8 +156,9 @@ def wait_ready(bootstrap: str, timeout_s: float = 90.0) -> float:
             producer.produce(topic, token)
             if producer.flush(15) != 0:
                 raise RuntimeError("produce not acknowledged")
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"hc-{token.decode()}",
-                                 "enable.auto.commit": False})
+            consumer = Consumer(
+                {"bootstrap.servers": bootstrap, "group.id": f"hc-{token.decode()}", "enable.auto.commit": False}
+            )
             try:
                 parts = [TopicPartition(topic, 0)]
                 low, high = consumer.get_watermark_offsets(parts[0], timeout=10)
@@ -179,11 +197,14 @@ def up(cfg: BrokerConfig, jars: JarSets, timeout_s: float = 90.0) -> str:
         shutil.rmtree(cfg.home / "data")
     props.write_text(wanted)
     _format(cfg, jars)
-    out = open(cfg.log_dir / "broker.out", "ab")
-    proc = subprocess.Popen(
-        [cfg.java, *_java_opts(cfg), "-cp", jars.kafka_classpath, "kafka.Kafka", str(props)],
-        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-    )
+    with open(cfg.log_dir / "broker.out", "ab") as out:  # the child keeps its own copy of the handle
+        proc = subprocess.Popen(
+            [cfg.java, *_java_opts(cfg), "-cp", jars.kafka_classpath, "kafka.Kafka", str(props)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     cfg.pid_file.write_text(f"{proc.pid}\n")
     try:
         waited = wait_ready(cfg.bootstrap, timeout_s)

@@ -7,6 +7,7 @@ The pip package of pyspark has no ``start-master.sh``; ``spark-class`` starts th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -43,8 +44,13 @@ def _spark_home() -> Path:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"SPARK_HOME": str(_spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
-                "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON", sys.executable)})
+    env.update(
+        {
+            "SPARK_HOME": str(_spark_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON", sys.executable),
+        }
+    )
     return env
 
 
@@ -59,9 +65,15 @@ def _pid(path: Path) -> int | None:
 
 def _start(cfg: ClusterConfig, role: str, args: list[str]) -> int:
     cfg.home.mkdir(parents=True, exist_ok=True)
-    out = open(cfg.home / f"{role}.out", "ab")
-    proc = subprocess.Popen([str(_spark_home() / "bin" / "spark-class"), *args], env=_env(),
-                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(cfg.home / f"{role}.out", "ab") as out:  # the child keeps its own copy of the handle
+        proc = subprocess.Popen(
+            [str(_spark_home() / "bin" / "spark-class"), *args],
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     (cfg.home / f"{role}.pid").write_text(f"{proc.pid}\n")
     return proc.pid
 
@@ -80,12 +92,38 @@ def up(cfg: ClusterConfig, timeout_s: float = 90.0) -> str:
         for port in (cfg.port, cfg.webui_port):
             if port_open(port):
                 raise RuntimeError(f"port {port} is in use by another process; pick others")
-        _start(cfg, "master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(cfg.port), "--webui-port", str(cfg.webui_port)])
+        _start(
+            cfg,
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(cfg.port),
+                "--webui-port",
+                str(cfg.webui_port),
+            ],
+        )
     if _pid(cfg.home / "worker.pid") is None:
-        _start(cfg, "worker", ["org.apache.spark.deploy.worker.Worker", cfg.master_url, "--host", "127.0.0.1",
-                               "--cores", str(cfg.worker_cores), "--memory", cfg.worker_memory,
-                               "--webui-port", str(cfg.worker_webui_port), "--work-dir", str(cfg.home / "work")])
+        _start(
+            cfg,
+            "worker",
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                cfg.master_url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(cfg.worker_cores),
+                "--memory",
+                cfg.worker_memory,
+                "--webui-port",
+                str(cfg.worker_webui_port),
+                "--work-dir",
+                str(cfg.home / "work"),
+            ],
+        )
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
         if alive_workers(cfg) >= 1:
@@ -108,10 +146,8 @@ def down(cfg: ClusterConfig) -> str:
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 20
             while _pid(cfg.home / f"{role}.pid") is not None and time.monotonic() < deadline:
-                try:
+                with contextlib.suppress(ChildProcessError):  # reap our own child
                     os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
                 time.sleep(0.2)
             if _pid(cfg.home / f"{role}.pid") is not None:
                 os.kill(pid, signal.SIGKILL)

@@ -9,8 +9,9 @@ from infra.connection import KafkaConnection
 from schemas.topics import TOPICS, TopicSpec
 
 
-def ensure_topics(conn: KafkaConnection, prefix: str = "", replication: int = 1,
-                  specs: tuple[TopicSpec, ...] | None = None) -> list[str]:
+def ensure_topics(
+    conn: KafkaConnection, prefix: str = "", replication: int = 1, specs: tuple[TopicSpec, ...] | None = None
+) -> list[str]:
     """Create the topics that do not exist yet; return one line per topic saying what happened.
 
     Parameters
@@ -25,8 +26,11 @@ def ensure_topics(conn: KafkaConnection, prefix: str = "", replication: int = 1,
     admin = AdminClient(conn.confluent())
     existing = admin.list_topics(timeout=15).topics
     wanted = specs if specs is not None else tuple(TOPICS.values())
-    new = [NewTopic(prefix + t.name, t.partitions, replication, config=t.config())
-           for t in wanted if prefix + t.name not in existing]
+    new = [
+        NewTopic(prefix + t.name, t.partitions, replication, config=t.config())
+        for t in wanted
+        if prefix + t.name not in existing
+    ]
     lines = [f"exists   {prefix + t.name}" for t in wanted if prefix + t.name in existing]
     if new:
         for name, fut in admin.create_topics(new, request_timeout=30).items():

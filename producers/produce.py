@@ -30,6 +30,8 @@ class ProduceConfig:
     bad_fraction : float
         Fraction of records replaced by deliberately bad ones (cycling through every fault kind
         of ``producers.faults``), for demos and tests of the dead-letter path.
+    workers : int
+        Producer processes; generating and encoding in Python is the bottleneck, not Kafka.
     """
 
     topic: str
@@ -40,6 +42,8 @@ class ProduceConfig:
     lifetime_ms: int = 1000
     seed: int = 0
     progress: bool = True
+    workers: int = 1
+    note_len: int = 0
 
 
 @dataclass
@@ -62,54 +66,129 @@ class ProduceResult:
 
 
 def produce_events(conn: KafkaConnection, cfg: ProduceConfig, writer: KafkaWriter | None = None) -> ProduceResult:
-    """Write ``cfg.count`` events (some deliberately bad) and wait for every delivery report."""
+    """Write ``cfg.count`` events (some deliberately bad) and wait for every delivery report.
+
+    With ``cfg.workers > 1`` the work is split over that many processes, each with its own
+    publishers (so event ids stay unique), generator seed and producer; their reports are added up.
+    """
     if cfg.count < 0 or cfg.rate < 0 or not 0 <= cfg.bad_fraction <= 1:
         raise ValueError("count and rate must be >= 0 and bad_fraction in [0, 1]")
-    writer = writer or KafkaWriter(conn)
-    codec = codec_for("Event")
-    gen = EventGenerator(cfg.publishers, cfg.lifetime_ms, cfg.seed)
-    rng = random.Random(cfg.seed)
-    kinds = sorted(FAULTS)
-    result = ProduceResult(writer.report, 0.0)
+    if not 1 <= cfg.workers <= cfg.publishers:
+        raise ValueError(f"workers must be between 1 and the number of publishers ({cfg.publishers})")
     progress = _progress(cfg) if cfg.progress else None
     start = time.monotonic()
-    written = 0
     try:
-        while written < cfg.count:
-            n = min(CHUNK, cfg.count - written)
-            now_ms = int(time.time() * 1000)
-            spacing = 1000.0 / cfg.rate if cfg.rate > 0 else 0.0
-            for event in gen.batch(n, now_ms, spacing):
-                if cfg.bad_fraction and rng.random() < cfg.bad_fraction:
-                    kind = kinds[sum(result.faults.values()) % len(kinds)]
-                    raw, code = corrupt(kind, rng, event)
-                    result.faults[kind] += 1
-                    result.expected_errors[code] += 1
-                else:
-                    raw = codec.encode(event)
-                    result.good += 1
-                writer.send(cfg.topic, event["publisher_id"], raw)
-            written += n
-            writer.poll()
-            if progress is not None:
-                progress[0].update(progress[1], completed=written)
-            if cfg.rate > 0:  # pace to the target rate
-                ahead = written / cfg.rate - (time.monotonic() - start)
-                if ahead > 0:
-                    time.sleep(ahead)
-        writer.flush()
+        if cfg.workers == 1:
+            result = _produce_share(conn, cfg, 0, progress=progress, writer=writer)
+        else:
+            result = _produce_parallel(conn, cfg, progress)
     finally:
-        result.seconds = time.monotonic() - start
         if progress is not None:
             progress[0].stop()
+    result.seconds = time.monotonic() - start
     return result
+
+
+def _share(total: int, index: int, parts: int) -> int:
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def _produce_share(
+    conn: KafkaConnection,
+    cfg: ProduceConfig,
+    index: int,
+    progress: Any = None,
+    writer: KafkaWriter | None = None,
+    counter: Any = None,
+) -> ProduceResult:
+    """One worker's part: its publishers, its share of the count and of the rate."""
+    writer = writer or KafkaWriter(conn)
+    codec = codec_for("Event")
+    count = _share(cfg.count, index, cfg.workers)
+    rate = cfg.rate / cfg.workers
+    first = sum(_share(cfg.publishers, i, cfg.workers) for i in range(index))
+    gen = EventGenerator(
+        _share(cfg.publishers, index, cfg.workers),
+        cfg.lifetime_ms,
+        cfg.seed * 1000 + index,
+        note_len=cfg.note_len,
+        first_publisher=first,
+    )
+    rng = random.Random(cfg.seed * 1000 + index)
+    kinds = sorted(FAULTS)
+    result = ProduceResult(writer.report, 0.0)
+    start = time.monotonic()
+    written = 0
+    while written < count:
+        n = min(CHUNK, count - written)
+        now_ms = int(time.time() * 1000)
+        spacing = 1000.0 / rate if rate > 0 else 0.0
+        for event in gen.batch(n, now_ms, spacing):
+            if cfg.bad_fraction and rng.random() < cfg.bad_fraction:
+                kind = kinds[sum(result.faults.values()) % len(kinds)]
+                raw, code = corrupt(kind, rng, event)
+                result.faults[kind] += 1
+                result.expected_errors[code] += 1
+            else:
+                raw = codec.encode(event)
+                result.good += 1
+            writer.send(cfg.topic, event["publisher_id"], raw)
+        written += n
+        writer.poll()
+        if counter is not None:
+            with counter.get_lock():
+                counter.value += n
+        if progress is not None:
+            progress[0].update(progress[1], completed=written)
+        if rate > 0:  # pace to the target rate
+            ahead = written / rate - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+    writer.flush()
+    return result
+
+
+def _worker(args: tuple[KafkaConnection, ProduceConfig, int, Any]) -> ProduceResult:
+    conn, cfg, index, counter = args
+    result = _produce_share(conn, cfg, index, counter=counter)
+    return result
+
+
+def _produce_parallel(conn: KafkaConnection, cfg: ProduceConfig, progress: Any) -> ProduceResult:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")  # children inherit the loaded codecs; each opens its own producer
+    counter = ctx.Value("q", 0)
+    total = ProduceResult(DeliveryReport(), 0.0)
+    with ctx.Pool(cfg.workers) as pool:
+        pending = pool.map_async(_worker, [(conn, cfg, i, counter) for i in range(cfg.workers)])
+        while not pending.ready():
+            pending.wait(0.2)
+            if progress is not None:
+                progress[0].update(progress[1], completed=counter.value)
+        for part in pending.get():
+            rep = part.report
+            total.report.sent += rep.sent
+            total.report.delivered += rep.delivered
+            total.report.failed += rep.failed
+            total.report.bytes_delivered += rep.bytes_delivered
+            total.report.errors.extend(rep.errors)
+            total.good += part.good
+            total.expected_errors.update(part.expected_errors)
+            total.faults.update(part.faults)
+    return total
 
 
 def _progress(cfg: ProduceConfig) -> tuple[Any, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn(f"producing to {cfg.topic}"), BarColumn(), MofNCompleteColumn(),
-                   TimeRemainingColumn(), transient=True)
+    bar = Progress(
+        TextColumn(f"producing to {cfg.topic}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    )
     task = bar.add_task("produce", total=cfg.count)
     bar.start()
     return bar, task

@@ -158,7 +158,9 @@ def _event_to_wire(record: dict[str, Any]) -> dict[str, Any]:
         try:
             wire[_KIND_MAPS[type(value)]][name] = value
         except KeyError:
-            raise ValueError(f"attribute {name!r} has a {type(value).__name__}; allowed: long, double, string, boolean") from None
+            raise ValueError(
+                f"attribute {name!r} has a {type(value).__name__}; allowed: long, double, string, boolean"
+            ) from None
     return {**record, "attributes": wire}
 
 
@@ -244,7 +246,9 @@ def split_header(raw: bytes | None) -> tuple[Codec, bytes]:
         )
     codec = _by_fingerprint().get(raw[:HEADER_LEN])
     if codec is None:
-        raise DecodeError("unknown_schema", f"schema fingerprint {raw[2:HEADER_LEN].hex()} is not a known SiftStream schema")
+        raise DecodeError(
+            "unknown_schema", f"schema fingerprint {raw[2:HEADER_LEN].hex()} is not a known SiftStream schema"
+        )
     return codec, raw[HEADER_LEN:]
 
 
@@ -278,5 +282,7 @@ def decode_wire(raw: bytes | None, expected: str | None = None) -> tuple[str, di
     try:
         record = fastavro.schemaless_reader(buf, writer._parsed, current._parsed)
     except Exception as exc:
-        raise DecodeError("malformed_body", f"Avro body does not decode as {writer.name} (older version): {exc}") from exc
+        raise DecodeError(
+            "malformed_body", f"Avro body does not decode as {writer.name} (older version): {exc}"
+        ) from exc
     return writer.name, record  # type: ignore[return-value]

@@ -61,9 +61,14 @@ _PY_TYPES = {
 class _Gen:
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.consts: dict[str, Any] = {"zz": zigzag, "pd": _PACK_DOUBLE, "pf": _PACK_FLOAT,
-                                       "LEN": [zigzag(n) for n in range(4096)],
-                                       "SC": {}, "SCL": _STRING_CACHE_LIMIT}
+        self.consts: dict[str, Any] = {
+            "zz": zigzag,
+            "pd": _PACK_DOUBLE,
+            "pf": _PACK_FLOAT,
+            "LEN": [zigzag(n) for n in range(4096)],
+            "SC": {},
+            "SCL": _STRING_CACHE_LIMIT,
+        }
         self.named: dict[str, Any] = {}
         self.open: set[str] = set()  # records whose fields are being compiled
         self.counter = 0
@@ -104,8 +109,12 @@ class _Gen:
             self.open.add(name)
             for f in schema["fields"]:
                 sub = self.var("f")
-                self.emit(depth, f"{sub} = {val}[{f['name']!r}]" if "default" not in f
-                          else f"{sub} = {val}.get({f['name']!r}, {self.const(f['default'])})")
+                self.emit(
+                    depth,
+                    f"{sub} = {val}[{f['name']!r}]"
+                    if "default" not in f
+                    else f"{sub} = {val}.get({f['name']!r}, {self.const(f['default'])})",
+                )
                 self.encode(f["type"], sub, depth)
             self.open.discard(name)
         elif schema["type"] == "enum":
@@ -168,8 +177,11 @@ class _Gen:
             kind = branch if isinstance(branch, str) else branch["type"]
             if kind in _PY_TYPES:
                 cond = f"{t} is {_PY_TYPES[kind]}"
-                if kind in ("double", "float") and "int" not in [b if isinstance(b, str) else b.get("type") for b in branches] \
-                        and "long" not in [b if isinstance(b, str) else b.get("type") for b in branches]:
+                if (
+                    kind in ("double", "float")
+                    and "int" not in [b if isinstance(b, str) else b.get("type") for b in branches]
+                    and "long" not in [b if isinstance(b, str) else b.get("type") for b in branches]
+                ):
                     cond = f"({t} is float or {t} is int)"
             elif kind == "enum":
                 cond = f"{t} is str"
@@ -184,7 +196,9 @@ class _Gen:
             self.encode(branch, val, depth + 1)
             first = False
         self.emit(depth, "else:")
-        self.emit(depth + 1, f"raise ValueError('value of type ' + {t}.__name__ + ' fits no branch of ' + {str(branches)!r})")
+        self.emit(
+            depth + 1, f"raise ValueError('value of type ' + {t}.__name__ + ' fits no branch of ' + {str(branches)!r})"
+        )
 
 
 def compile_encoder(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bytes]:
@@ -195,6 +209,6 @@ def compile_encoder(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bytes]
     gen.emit(1, "return bytes(o)")
     source = "def encode(r):\n" + "\n".join(gen.lines) + "\n"
     namespace = dict(gen.consts)
-    exec(compile(source, f"<avro encoder {schema.get('name')}>", "exec"), namespace)  # noqa: S102
+    exec(compile(source, f"<avro encoder {schema.get('name')}>", "exec"), namespace)
     fn: Callable[[dict[str, Any]], bytes] = namespace["encode"]
     return fn

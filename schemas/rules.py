@@ -34,14 +34,14 @@ class Rule:
         or infinite), ``min`` / ``max`` (inclusive bound ``bound``, NaN fails), ``gt`` (strict lower
         bound), ``required`` (not null), ``absent`` (null), ``finite_map_values`` (no NaN or
         infinite double among a map's values), ``map_keys_match`` (every map key fully matches
-        the regular expression ``pattern``), ``distinct_keys`` (the maps named in ``parts`` of a
-        record share no key).
+        the regular expression ``pattern``; with ``parts``, the keys of those maps of a record),
+        ``distinct_keys`` (the maps named in ``parts`` of a record share no key).
     bound : float
         The bound of ``min``, ``max`` and ``gt``.
     pattern : str
         The regular expression of ``map_keys_match``.
     parts : tuple of str
-        The map fields of ``distinct_keys``.
+        The map fields of a record that ``distinct_keys`` and ``map_keys_match`` look into.
     when : tuple of (str, object), optional
         Check only records whose field ``when[0]`` equals ``when[1]``.
     """
@@ -95,7 +95,8 @@ class Rule:
         if self.kind == "finite_map_values":
             return all(math.isfinite(v) for v in value.values() if isinstance(v, float))
         if self.kind == "map_keys_match":
-            return all(re.fullmatch(self.pattern, k) for k in value)
+            maps = [value[p] for p in self.parts] if self.parts else [value]
+            return all(re.fullmatch(self.pattern, k) for m in maps for k in m)
         if self.kind == "distinct_keys":
             maps = [value[p] for p in self.parts]
             return sum(map(len, maps)) == len(set().union(*maps))
@@ -134,7 +135,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
         *_ids("event_id", "publisher_id"),
         *_nonneg_times("published_at", "lifetime_ms"),
         Rule("attributes.doubles", "finite_map_values"),
-        *(Rule(f"attributes.{kind}", "map_keys_match", pattern=ATTRIBUTE_NAME) for kind in VALUE_KINDS),
+        Rule("attributes", "map_keys_match", pattern=ATTRIBUTE_NAME, parts=VALUE_KINDS),
         Rule("attributes", "distinct_keys", parts=VALUE_KINDS),
     ),
     "Subscription": (
@@ -195,8 +196,11 @@ def exactly_one_text(fields: tuple[str, str], when: tuple[str, Any]) -> str:
 
 def validate(name: str, record: dict[str, Any]) -> list[str]:
     """Every violation of ``name``'s rules in ``record``, as reason texts (empty when valid)."""
-    out = [reason_text(r, field_value(record, r.field)) for r in rules_for(name)
-           if r.applies(record) and not r.ok(field_value(record, r.field))]
+    out = [
+        reason_text(r, field_value(record, r.field))
+        for r in rules_for(name)
+        if r.applies(record) and not r.ok(field_value(record, r.field))
+    ]
     if name in EXACTLY_ONE:
         (a, b), when = EXACTLY_ONE[name]
         if record.get(when[0]) == when[1] and (record.get(a) is None) == (record.get(b) is None):

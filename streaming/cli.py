@@ -47,11 +47,16 @@ def _jars(args: argparse.Namespace) -> Any:
 def _cluster_cfg(args: argparse.Namespace) -> Any:
     from infra.spark_cluster import ClusterConfig
 
-    return ClusterConfig(home=_home(args) / "spark", port=args.spark_port, webui_port=args.spark_webui_port,
-                         worker_webui_port=args.spark_webui_port + 1)
+    return ClusterConfig(
+        home=_home(args) / "spark",
+        port=args.spark_port,
+        webui_port=args.spark_webui_port,
+        worker_webui_port=args.spark_webui_port + 1,
+    )
 
 
 # ---- infra -----------------------------------------------------------------------------------
+
 
 def cmd_infra(args: argparse.Namespace) -> int:
     from infra import kafka, spark_cluster
@@ -84,19 +89,30 @@ def cmd_infra(args: argparse.Namespace) -> int:
 
 # ---- produce ---------------------------------------------------------------------------------
 
+
 def cmd_produce(args: argparse.Namespace) -> int:
     from producers.produce import ProduceConfig, produce_events
     from schemas.topics import TOPICS
 
     topic = args.topic_prefix + TOPICS["siftstream.events.v1"].name
-    cfg = ProduceConfig(topic=topic, count=args.count, rate=args.rate, bad_fraction=args.bad_fraction,
-                        publishers=args.publishers, seed=args.seed, progress=not args.quiet)
+    cfg = ProduceConfig(
+        topic=topic,
+        count=args.count,
+        rate=args.rate,
+        bad_fraction=args.bad_fraction,
+        publishers=args.publishers,
+        seed=args.seed,
+        progress=not args.quiet,
+        workers=args.workers,
+    )
     result = produce_events(connection(args), cfg)
     rep = result.report
-    print(f"{rep.delivered} of {rep.sent} records delivered to {topic} in {result.seconds:.2f}s "
-          f"({result.events_per_s:,.0f} events/s, {result.mb_per_s:.1f} MB/s); "
-          f"{result.good} well-formed, {sum(result.faults.values())} deliberately bad"
-          + (f" {dict(result.faults)}" if result.faults else ""))
+    print(
+        f"{rep.delivered} of {rep.sent} records delivered to {topic} in {result.seconds:.2f}s "
+        f"({result.events_per_s:,.0f} events/s, {result.mb_per_s:.1f} MB/s); "
+        f"{result.good} well-formed, {sum(result.faults.values())} deliberately bad"
+        + (f" {dict(result.faults)}" if result.faults else "")
+    )
     if rep.failed:
         print(f"FAILED: {rep.failed} records were not delivered: {rep.errors}", file=sys.stderr)
         return 1
@@ -104,6 +120,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 # ---- jobs ------------------------------------------------------------------------------------
+
 
 def _spark(args: argparse.Namespace) -> Any:
     from streaming.session import SparkConfig, build_session
@@ -117,7 +134,9 @@ def _validation_cfg(args: argparse.Namespace) -> Any:
     home = _home(args)
     return ValidationConfig(
         conn=connection(args),
-        checkpoint=Path(args.checkpoint) if args.checkpoint else home / "checkpoints" / f"validation{args.topic_prefix}",
+        checkpoint=Path(args.checkpoint)
+        if args.checkpoint
+        else home / "checkpoints" / f"validation{args.topic_prefix}",
         topic_prefix=args.topic_prefix,
         available_now=args.available_now,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
@@ -130,16 +149,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     cfg = _validation_cfg(args)
     spark = _spark(args)
-    print(f"[validation] reading {len(cfg.input_specs())} input topics, dead letters to {cfg.deadletter_topic}, "
-          f"checkpoint {cfg.checkpoint}", file=sys.stderr)
+    print(
+        f"[validation] reading {len(cfg.input_specs())} input topics, dead letters to {cfg.deadletter_topic}, "
+        f"checkpoint {cfg.checkpoint}",
+        file=sys.stderr,
+    )
     run(spark, cfg, quiet=args.quiet)
     spark.stop()
     return 0
 
 
 def cmd_deadletter(args: argparse.Namespace) -> int:
-    from streaming.readers import read_topic, summarize_dead_letters
     from schemas.topics import DEADLETTER_TOPIC
+    from streaming.readers import read_topic, summarize_dead_letters
 
     records = read_topic(connection(args), args.topic_prefix + DEADLETTER_TOPIC, "DeadLetter")
     summary = summarize_dead_letters(records)
@@ -155,36 +177,57 @@ def cmd_deadletter(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from streaming.demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(home=_home(args), port=args.port, controller_port=args.controller_port,
-                     bootstrap_servers=args.bootstrap_servers, kafka_config=args.kafka_config,
-                     events=args.events, bad_fraction=args.bad_fraction, seed=args.seed, master=args.master)
+    cfg = DemoConfig(
+        home=_home(args),
+        port=args.port,
+        controller_port=args.controller_port,
+        bootstrap_servers=args.bootstrap_servers,
+        kafka_config=args.kafka_config,
+        events=args.events,
+        bad_fraction=args.bad_fraction,
+        seed=args.seed,
+        master=args.master,
+    )
     return run_demo(cfg)
 
 
 # ---- parser ----------------------------------------------------------------------------------
 
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--home", default=str(DEFAULT_HOME), help="state folder: broker data, checkpoints, logs (default: %(default)s)")
+    p.add_argument(
+        "--home", default=str(DEFAULT_HOME), help="state folder: broker data, checkpoints, logs (default: %(default)s)"
+    )
     p.add_argument("--bootstrap-servers", help="use this Kafka cluster instead of the local broker")
-    p.add_argument("--kafka-config", help="client properties file (SASL/TLS); 'java.'/'librdkafka.' prefixes target one client")
+    p.add_argument(
+        "--kafka-config", help="client properties file (SASL/TLS); 'java.'/'librdkafka.' prefixes target one client"
+    )
     p.add_argument("--port", type=int, default=9092, help="local broker port (default: %(default)s)")
-    p.add_argument("--controller-port", type=int, default=9093, help="local KRaft controller port (default: %(default)s)")
+    p.add_argument(
+        "--controller-port", type=int, default=9093, help="local KRaft controller port (default: %(default)s)"
+    )
     p.add_argument("--topic-prefix", default="", help="prefix for every topic name (default: none)")
 
 
 def _spark_opts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--master", default="local[2]", help="Spark master: local[N] or spark://host:port (default: %(default)s)")
+    p.add_argument(
+        "--master", default="local[2]", help="Spark master: local[N] or spark://host:port (default: %(default)s)"
+    )
     p.add_argument("--spark-ui", action="store_true", help="start the Spark web UI")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="siftstream", description="Content-based publish/subscribe on Kafka and Spark.")
+    parser = argparse.ArgumentParser(
+        prog="siftstream", description="Content-based publish/subscribe on Kafka and Spark."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("infra", help="local Kafka broker, topics, jars, Spark standalone cluster")
     p.add_argument("action", choices=["up", "down", "status", "topics", "jars", "spark-up", "spark-down"])
     _common(p)
-    p.add_argument("--replication", type=int, default=1, help="replication factor for new topics (default: %(default)s)")
+    p.add_argument(
+        "--replication", type=int, default=1, help="replication factor for new topics (default: %(default)s)"
+    )
     p.add_argument("--spark-port", type=int, default=7077, help="standalone master port (default: %(default)s)")
     p.add_argument("--spark-webui-port", type=int, default=18080, help="master web UI port; the worker's is +1")
     p.set_defaults(func=cmd_infra)
@@ -197,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bad-fraction", type=float, default=0.0, help="fraction of deliberately bad records (default: 0)")
     p.add_argument("--publishers", type=int, default=8, help="number of publishers (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="producer processes (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_produce)
 

@@ -1,7 +1,7 @@
 """Decode and validate Kafka records inside Spark: the JVM twin of ``schemas.codec`` + ``schemas.rules``.
 
-Every job reads its inputs through :func:`verdict` (error class and reason per record) or
-:func:`decode` (the record as a struct, plus the verdict). Decoding runs in the JVM
+Every job reads each input topic through :func:`decode` (the record as a struct, plus the
+verdict: error class and reason). Decoding runs in the JVM
 (``from_avro`` over the single-object body), so it is columnar and fast; the checks are the
 declarations of ``schemas.rules`` rendered into Spark column expressions. A parity test runs
 both twins over the same generated records.
@@ -31,7 +31,8 @@ KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
 def _header() -> Column:
-    return F.substring(F.col("value"), 1, HEADER_LEN)
+    """The 10-byte header; ``decode`` materializes it once per row as column ``_header``."""
+    return F.col("_header")
 
 
 def _body() -> Column:
@@ -95,13 +96,16 @@ def _violated(rule: Rule, rec: Column) -> Column:
         # one regex over the keys joined by a separator; the separator count must equal the key
         # count minus one, so a key that itself contains the separator cannot pass as two keys
         sep = "\u0001"
-        joined = F.array_join(F.map_keys(col), sep)
-        seps = F.length(joined) - F.length(F.regexp_replace(joined, sep, ""))
+        keys = F.concat(*(F.map_keys(col[p]) for p in rule.parts)) if rule.parts else F.map_keys(col)
+        joined = F.array_join(keys, sep)
+        seps = F.length(joined) - F.length(F.replace(joined, F.lit(sep), F.lit("")))
         pattern = f"\\A(?:{rule.pattern})(?:{sep}(?:{rule.pattern}))*\\z"
-        bad = present & (F.size(col) > 0) & (~joined.rlike(pattern) | (seps != F.size(col) - 1))
+        bad = present & (F.size(keys) > 0) & (~joined.rlike(pattern) | (seps != F.size(keys) - 1))
     elif rule.kind == "distinct_keys":
         keys = [F.map_keys(col[p]) for p in rule.parts]
-        bad = present & (F.size(F.array_distinct(F.concat(*keys))) != reduce(lambda a, b: a + b, (F.size(k) for k in keys)))
+        bad = present & (
+            F.size(F.array_distinct(F.concat(*keys))) != reduce(lambda a, b: a + b, (F.size(k) for k in keys))
+        )
     else:
         raise ValueError(f"unknown rule kind {rule.kind!r}")
     if rule.when is not None:
@@ -125,7 +129,7 @@ def _checks(name: str, rec: Column) -> tuple[Column, Column]:
             msg = F.lit(f"{rule.field} {rule.describe()}")
         else:
             col = _field(rec, rule.field)
-            shown = (F.concat(F.lit("'"), col, F.lit("'")) if is_string(rule.field) else col.cast("string"))
+            shown = F.concat(F.lit("'"), col, F.lit("'")) if is_string(rule.field) else col.cast("string")
             msg = F.concat(F.lit(f"{rule.field} {rule.describe()} (got "), F.coalesce(shown, F.lit("null")), F.lit(")"))
         pairs.append((bad, msg))
     if name in EXACTLY_ONE:
@@ -139,75 +143,63 @@ def _checks(name: str, rec: Column) -> tuple[Column, Column]:
     return any_bad, reasons
 
 
-def _verdict_columns(spec: TopicSpec, rec: Column) -> tuple[Column, Column]:
-    """(error_code, reason) columns for rows of ``spec``'s topic; both null for a good record."""
+def _verdict(spec: TopicSpec, rec: Column) -> Column:
+    """``struct(error_code, reason)`` for rows of ``spec``'s topic; both fields null for a good record.
+
+    One CASE yields both fields, so every check runs once per row (two CASEs over the same
+    conditions would evaluate the rules twice).
+    """
     name = spec.schema
     codec = codec_for(name)
     value = F.col("value")
     known = [v.header for v in versions_of(name)]
     other = {v.header: v.name for n in schema_files() if n != name for v in versions_of(n)}
-    header_hex = F.lower(F.hex(F.substring(value, 3, 8)))
     malformed = reduce(lambda x, y: x | y, (rec[f].isNull() for f in _required_fields(codec)))
     any_bad, reasons = _checks(name, rec)
 
-    code = F.when(value.isNull(), F.lit(None if spec.compacted else "bad_framing"))
-    text = F.when(value.isNull(), F.lit(None if spec.compacted else
-                                        "value is null (a tombstone) where a record was expected"))
+    def out(code: str | None, text: Column | str | None) -> Column:
+        text_col = text if isinstance(text, Column) else F.lit(text)
+        return F.struct(F.lit(code).cast("string").alias("error_code"), text_col.cast("string").alias("reason"))
+
+    tombstone = "value is null (a tombstone) where a record was expected"
+    verdict = F.when(value.isNull(), out(None, None) if spec.compacted else out("bad_framing", tombstone))
     short = (F.length(value) < HEADER_LEN) | (F.substring(value, 1, 2) != F.lit(MAGIC))
-    code = code.when(short, "bad_framing")
-    text = text.when(short, F.concat(
-        F.lit("value does not start with the Avro single-object marker C3 01 (got "),
-        F.lower(F.hex(F.substring(value, 1, 2))), F.lit(", "), F.length(value).cast("string"), F.lit(" bytes)")))
+    verdict = verdict.when(
+        short,
+        out(
+            "bad_framing",
+            F.concat(
+                F.lit("value does not start with the Avro single-object marker C3 01 (got "),
+                F.lower(F.hex(F.substring(value, 1, 2))),
+                F.lit(", "),
+                F.length(value).cast("string"),
+                F.lit(" bytes)"),
+            ),
+        ),
+    )
     unknown = ~_header().isin(*[F.lit(h) for h in known])
-    code = code.when(unknown, "unknown_schema")
-    wrong = None
-    for header, other_name in other.items():
-        cond = _header() == F.lit(header)
-        msg = F.lit(f"record is a {other_name}, this topic carries {name}")
-        wrong = F.when(cond, msg) if wrong is None else wrong.when(cond, msg)
-    fallback = F.concat(F.lit("schema fingerprint "), header_hex, F.lit(" is not a known SiftStream schema"))
-    text = text.when(unknown, fallback if wrong is None else wrong.otherwise(fallback))
-    code = code.when(malformed, "malformed_body")
-    text = text.when(malformed, F.lit(f"Avro body does not decode as {name}"))
-    code = code.when(any_bad, "invalid_value")
-    text = text.when(any_bad, reasons)
-    return code, text
-
-
-def verdict(df: DataFrame, specs: dict[str, TopicSpec]) -> DataFrame:
-    """Add ``error_code`` and ``reason`` to Kafka rows from several topics.
-
-    Parameters
-    ----------
-    df : DataFrame
-        Rows of Spark's Kafka source (``key, value, topic, partition, offset, timestamp``).
-    specs : dict
-        Actual topic name (with any prefix) -> its declaration.
-    """
-    # decode once per row into a per-topic column; the checks then read that column (inlining
-    # from_avro into every check would decode the same bytes dozens of times)
-    names = {topic: f"_record_{i}" for i, topic in enumerate(specs)}
-    decoded = df.select("*", *(F.when(F.col("topic") == F.lit(topic), _record(spec.schema)).alias(names[topic])
-                               for topic, spec in specs.items()))
-    code: Column | None = None
-    text: Column | None = None
-    for topic, spec in specs.items():
-        c, t = _verdict_columns(spec, F.col(names[topic]))
-        is_topic = F.col("topic") == F.lit(topic)
-        code = F.when(is_topic, c) if code is None else code.when(is_topic, c)
-        text = F.when(is_topic, t) if text is None else text.when(is_topic, t)
-    assert code is not None and text is not None
-    unknown_topic = F.concat(F.lit("topic "), F.col("topic"), F.lit(" is not a SiftStream input topic"))
-    return decoded.select(*df.columns, code.otherwise(F.lit("unknown_topic")).alias("error_code"),
-                          text.otherwise(unknown_topic).alias("reason"))
+    unknown_text = F.concat(
+        F.lit("schema fingerprint "),
+        F.lower(F.hex(F.substring(value, 3, 8))),
+        F.lit(" is not a known SiftStream schema"),
+    )
+    for header, other_name in other.items():  # only evaluated for records already found unknown
+        unknown_text = F.when(
+            _header() == F.lit(header), F.lit(f"record is a {other_name}, this topic carries {name}")
+        ).otherwise(unknown_text)
+    verdict = verdict.when(unknown, out("unknown_schema", unknown_text))
+    verdict = verdict.when(malformed, out("malformed_body", f"Avro body does not decode as {name}"))
+    verdict = verdict.when(any_bad, out("invalid_value", reasons))
+    return verdict.otherwise(out(None, None))
 
 
 def decode(df: DataFrame, spec: TopicSpec) -> DataFrame:
     """Kafka rows of one topic -> the same rows plus ``record`` (the decoded struct),
     ``error_code`` and ``reason`` (null for good records). Split with ``good``/``bad``."""
-    with_rec = df.withColumn("record", _record(spec.schema))
-    code, text = _verdict_columns(spec, F.col("record"))
-    return with_rec.withColumn("error_code", code).withColumn("reason", text)
+    # header and record are computed once per row into columns that the checks then read
+    framed = df.withColumn("_header", F.substring(F.col("value"), 1, HEADER_LEN))
+    with_rec = framed.withColumn("record", _record(spec.schema)).withColumn("_verdict", _verdict(spec, F.col("record")))
+    return with_rec.select(*df.columns, "record", "_verdict.error_code", "_verdict.reason")
 
 
 def good(decoded: DataFrame) -> DataFrame:
@@ -233,4 +225,5 @@ def dead_letters(checked: DataFrame) -> DataFrame:
     )
     value = F.concat(F.lit(codec.header), to_avro(record, codec.schema_json))
     return checked.where(F.col("error_code").isNotNull()).select(
-        dl_id.cast("binary").alias("key"), value.alias("value"))
+        dl_id.cast("binary").alias("key"), value.alias("value")
+    )

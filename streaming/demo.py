@@ -46,7 +46,15 @@ def _telemetry(conn: KafkaConnection, topic: str, n: int, seed: int) -> tuple[in
     for i in range(n):
         delay = float("nan") if i % 25 == 24 else rng.lognormvariate(1.5, 0.5)
         bad += i % 25 == 24
-        sample = {"from": "b1", "to": "b2", "seq": i, "sent_at": now + i, "delay_ms": delay, "lost": False, "event_id": None}
+        sample = {
+            "from": "b1",
+            "to": "b2",
+            "seq": i,
+            "sent_at": now + i,
+            "delay_ms": delay,
+            "lost": False,
+            "event_id": None,
+        }
         writer.send(topic, "b1->b2", codec.encode(sample))
     report = writer.flush()
     if report.failed:
@@ -86,16 +94,25 @@ def run_demo(cfg: DemoConfig) -> int:
     run_id = time.strftime("%Y%m%d-%H%M%S")
     start_offsets = end_offsets(conn, [t.name for t in INPUT_TOPICS])
     _say(f"publishing {cfg.events:,} events ({cfg.bad_fraction:.0%} deliberately bad) and link telemetry")
-    result = produce_events(conn, ProduceConfig("siftstream.events.v1", cfg.events, bad_fraction=cfg.bad_fraction,
-                                                seed=cfg.seed + int(time.time())))
+    result = produce_events(
+        conn,
+        ProduceConfig(
+            "siftstream.events.v1", cfg.events, bad_fraction=cfg.bad_fraction, seed=cfg.seed + int(time.time())
+        ),
+    )
     if result.report.failed:
         raise RuntimeError(f"{result.report.failed} events were not delivered: {result.report.errors}")
     tele_good, tele_bad = _telemetry(conn, "siftstream.telemetry.links.v1", 500, cfg.seed)
 
     _say("running the validation job over everything new (Spark, available-now)")
     stats = cfg.home / "stats" / f"run-{run_id}.jsonl"
-    vcfg = ValidationConfig(conn=conn, checkpoint=cfg.home / "checkpoints" / f"run-{run_id}", available_now=True,
-                            starting_offsets=start_offsets, stats_file=stats)
+    vcfg = ValidationConfig(
+        conn=conn,
+        checkpoint=cfg.home / "checkpoints" / f"run-{run_id}",
+        available_now=True,
+        starting_offsets=start_offsets,
+        stats_file=stats,
+    )
     spark = build_session(SparkConfig(master=cfg.master), jars)
     run(spark, vcfg, quiet=True)
     spark.stop()
@@ -109,13 +126,19 @@ def run_demo(cfg: DemoConfig) -> int:
     for topic in topics:
         ok = counts.get(f"ok|{topic}", 0)
         bad = {k.split("|")[2]: v for k, v in counts.items() if k.startswith(f"bad|{topic}|")}
-        table.add_row(topic, f"{ok:,}", f"{sum(bad.values()):,}", ", ".join(f"{c}: {n}" for c, n in sorted(bad.items())))
+        table.add_row(
+            topic, f"{ok:,}", f"{sum(bad.values()):,}", ", ".join(f"{c}: {n}" for c, n in sorted(bad.items()))
+        )
     console.print(table)
-    console.print(f"published: {result.good:,} good events + {sum(result.faults.values())} bad "
-                  f"({dict(sorted(result.expected_errors.items()))}); {tele_good} good + {tele_bad} bad link samples")
+    console.print(
+        f"published: {result.good:,} good events + {sum(result.faults.values())} bad "
+        f"({dict(sorted(result.expected_errors.items()))}); {tele_good} good + {tele_bad} bad link samples"
+    )
 
     summary = summarize_dead_letters(read_topic(conn, "siftstream.deadletter.v1", "DeadLetter"))
-    reasons = Table(title=f"Dead-letter topic (all runs): {summary['total']:,} records, {summary['distinct']:,} distinct keys")
+    reasons = Table(
+        title=f"Dead-letter topic (all runs): {summary['total']:,} records, {summary['distinct']:,} distinct keys"
+    )
     reasons.add_column("error class")
     reasons.add_column("count", justify="right")
     reasons.add_column("example reason")
@@ -125,6 +148,8 @@ def run_demo(cfg: DemoConfig) -> int:
     expected_ok = result.good + tele_good
     got_ok = sum(v for k, v in counts.items() if k.startswith("ok|"))
     verdict = "every record accounted for" if got_ok == expected_ok else f"MISMATCH: expected {expected_ok} accepted"
-    console.print(f"{verdict}; finished in {time.monotonic() - t0:.0f}s. The broker keeps running: "
-                  "`siftstream infra down` stops it.")
+    console.print(
+        f"{verdict}; finished in {time.monotonic() - t0:.0f}s. The broker keeps running: "
+        "`siftstream infra down` stops it."
+    )
     return 0 if got_ok == expected_ok else 1

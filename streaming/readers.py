@@ -53,7 +53,9 @@ def read_topic(conn: KafkaConnection, topic: str, schema: str, timeout_s: float 
                 if msg.error() is not None:
                     raise RuntimeError(f"reading {topic}: {msg.error()}")
                 value = None if msg.value() is None else decode(msg.value(), schema)[1]
-                out.append(KafkaRecord(msg.topic(), msg.partition(), msg.offset(), msg.key(), value, msg.timestamp()[1]))
+                out.append(
+                    KafkaRecord(msg.topic(), msg.partition(), msg.offset(), msg.key(), value, msg.timestamp()[1])
+                )
                 if msg.offset() >= ends[msg.partition()] - 1:
                     done.add(msg.partition())
         if len(done) < len(ends):
@@ -72,8 +74,9 @@ def end_offsets(conn: KafkaConnection, topics: list[str]) -> str:
         out: dict[str, dict[str, int]] = {}
         for topic in topics:
             meta = consumer.list_topics(topic, timeout=10).topics[topic]
-            out[topic] = {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                          for p in meta.partitions}
+            out[topic] = {
+                str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions
+            }
         return json.dumps(out)
     finally:
         consumer.close()

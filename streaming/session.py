@@ -32,7 +32,7 @@ class SparkConfig:
     shuffle_partitions: int = 2
     app_name: str = "siftstream"
     ui: bool = False
-    driver_memory: str = "2g"
+    driver_memory: str = "4g"
     executor_memory: str = "1g"
 
 
@@ -58,9 +58,15 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
         # pyspark 4.2.0 can hang in Arrow-optimised Python UDFs (SPARK-58241, fixed in 4.2.1,
         # whose connector jars Maven Central does not serve); our hot paths use mapInArrow.
         .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
         .config("spark.sql.session.timeZone", "UTC")
+        # Spark's generated code for decode-and-validate exceeds HotSpot's 8,000-byte limit for
+        # JIT-compiling a method; without this flag it runs in the bytecode interpreter
+        .config("spark.driver.extraJavaOptions", "-XX:-DontCompileHugeMethods")
+        .config("spark.executor.extraJavaOptions", "-XX:-DontCompileHugeMethods")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

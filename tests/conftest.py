@@ -50,8 +50,9 @@ def kafka_conn(jars, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kafka
         return
     from infra import kafka
 
-    cfg = kafka.BrokerConfig(home=tmp_path_factory.mktemp("kafka"), port=kafka.free_port(),
-                             controller_port=kafka.free_port())
+    cfg = kafka.BrokerConfig(
+        home=tmp_path_factory.mktemp("kafka"), port=kafka.free_port(), controller_port=kafka.free_port()
+    )
     kafka.up(cfg, jars)
     try:
         yield KafkaConnection(cfg.bootstrap)

@@ -107,8 +107,11 @@ class _Builder:
         if kind in ("float", "double"):
             bounded = limits.lo is not None or limits.hi is not None
             return st.floats(
-                min_value=limits.lo, max_value=limits.hi, exclude_min=limits.exclude_lo and limits.lo is not None,
-                allow_nan=self.allow_nonfinite and not bounded, allow_infinity=self.allow_nonfinite and not bounded,
+                min_value=limits.lo,
+                max_value=limits.hi,
+                exclude_min=limits.exclude_lo and limits.lo is not None,
+                allow_nan=self.allow_nonfinite and not bounded,
+                allow_infinity=self.allow_nonfinite and not bounded,
                 width=32 if kind == "float" else 64,
             )
         if kind == "string":
@@ -145,8 +148,9 @@ def valid_records(name: str) -> st.SearchStrategy[dict[str, Any]]:
 
     def present(field: str) -> st.SearchStrategy[Any]:
         """A non-null value of ``field`` that keeps its unconditional rules."""
-        return builder.build(types[field], replace(_limits([r for r in rules if r.field == field]), not_null=True),
-                             namespace)
+        return builder.build(
+            types[field], replace(_limits([r for r in rules if r.field == field]), not_null=True), namespace
+        )
 
     @st.composite
     def repaired(draw: st.DrawFn) -> dict[str, Any]:

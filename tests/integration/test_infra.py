@@ -34,9 +34,29 @@ def test_topics_are_created_once_with_their_declared_layout(kafka_conn: KafkaCon
 
 def test_produce_command_delivers_and_reports(kafka_conn: KafkaConnection, topic_prefix: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "streaming.cli", "produce", "events", "--count", "2500", "--rate", "5000",
-         "--bootstrap-servers", kafka_conn.bootstrap_servers, "--topic-prefix", topic_prefix, "--quiet", "--seed", "4"],
-        capture_output=True, text=True, timeout=120, check=False)
+        [
+            sys.executable,
+            "-m",
+            "streaming.cli",
+            "produce",
+            "events",
+            "--count",
+            "2500",
+            "--rate",
+            "5000",
+            "--bootstrap-servers",
+            kafka_conn.bootstrap_servers,
+            "--topic-prefix",
+            topic_prefix,
+            "--quiet",
+            "--seed",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "2500 of 2500 records delivered" in done.stdout
     records = read_topic(kafka_conn, topic_prefix + "siftstream.events.v1", "Event")

@@ -18,19 +18,48 @@ from streaming.readers import read_topic
 pytestmark = [pytest.mark.kafka, pytest.mark.standalone]
 
 
-def test_validation_job_runs_on_a_standalone_cluster(kafka_conn: KafkaConnection, topic_prefix: str,
-                                                     tmp_path: Path) -> None:
-    cluster = spark_cluster.ClusterConfig(home=tmp_path / "spark", port=free_port(), webui_port=free_port(),
-                                          worker_webui_port=free_port(), worker_cores=2, worker_memory="1g")
+def test_validation_job_runs_on_a_standalone_cluster(
+    kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
+) -> None:
+    cluster = spark_cluster.ClusterConfig(
+        home=tmp_path / "spark",
+        port=free_port(),
+        webui_port=free_port(),
+        worker_webui_port=free_port(),
+        worker_cores=2,
+        worker_memory="1g",
+    )
     spark_cluster.up(cluster)
     try:
-        produced = produce_events(kafka_conn, ProduceConfig(topic_prefix + "siftstream.events.v1", 2000,
-                                                            bad_fraction=0.1, seed=9, progress=False))
+        produced = produce_events(
+            kafka_conn,
+            ProduceConfig(topic_prefix + "siftstream.events.v1", 2000, bad_fraction=0.1, seed=9, progress=False),
+        )
         done = subprocess.run(
-            [sys.executable, "-m", "streaming.cli", "validate", "--available-now", "--master", cluster.master_url,
-             "--bootstrap-servers", kafka_conn.bootstrap_servers, "--topic-prefix", topic_prefix,
-             "--checkpoint", str(tmp_path / "ckpt"), "--stats", str(tmp_path / "stats.jsonl"), "--home", str(tmp_path)],
-            capture_output=True, text=True, timeout=600, check=False)
+            [
+                sys.executable,
+                "-m",
+                "streaming.cli",
+                "validate",
+                "--available-now",
+                "--master",
+                cluster.master_url,
+                "--bootstrap-servers",
+                kafka_conn.bootstrap_servers,
+                "--topic-prefix",
+                topic_prefix,
+                "--checkpoint",
+                str(tmp_path / "ckpt"),
+                "--stats",
+                str(tmp_path / "stats.jsonl"),
+                "--home",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         # the work ran on the cluster's executor, not in the driver
         assert list((tmp_path / "spark" / "work").glob("app-*")), "no application ran on the standalone worker"

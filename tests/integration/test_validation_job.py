@@ -28,13 +28,20 @@ def _side_inputs(conn: KafkaConnection, prefix: str, seed: int) -> tuple[Counter
     link, sub = codec_for("LinkSample"), codec_for("Subscription")
     for i in range(200):
         delay = -1.0 if i % 40 == 0 else rng.random() * 10
-        writer.send(prefix + "siftstream.telemetry.links.v1", "b1->b2",
-                    link.encode({"from": "b1", "to": "b2", "seq": i, "sent_at": i, "delay_ms": delay}))
+        writer.send(
+            prefix + "siftstream.telemetry.links.v1",
+            "b1->b2",
+            link.encode({"from": "b1", "to": "b2", "seq": i, "sent_at": i, "delay_ms": delay}),
+        )
         (bad.update(["invalid_value"]) if delay < 0 else ok.update(["siftstream.telemetry.links.v1"]))
     for i in range(30):
         missing = i % 10 == 0
-        record = {"type": "subscribe", "subscription_id": f"s{i}", "subscriber_id": None if missing else "u1",
-                  "filter": f"price < {i}"}
+        record = {
+            "type": "subscribe",
+            "subscription_id": f"s{i}",
+            "subscriber_id": None if missing else "u1",
+            "filter": f"price < {i}",
+        }
         writer.send(prefix + "siftstream.subscriptions.v1", f"s{i}", sub.encode(record))
         (bad.update(["invalid_value"]) if missing else ok.update(["siftstream.subscriptions.v1"]))
     writer.send(prefix + "siftstream.subscriptions.v1", "s1", None)  # tombstone: a valid deletion
@@ -51,10 +58,16 @@ def _dead_letters(conn: KafkaConnection, prefix: str) -> list[dict]:
 
 
 def test_every_good_record_accepted_and_every_bad_one_dead_lettered_across_a_restart(
-        spark, kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spark, kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     events = topic_prefix + "siftstream.events.v1"
-    cfg = ValidationConfig(conn=kafka_conn, checkpoint=tmp_path / "ckpt", topic_prefix=topic_prefix,
-                           available_now=True, stats_file=tmp_path / "stats.jsonl")
+    cfg = ValidationConfig(
+        conn=kafka_conn,
+        checkpoint=tmp_path / "ckpt",
+        topic_prefix=topic_prefix,
+        available_now=True,
+        stats_file=tmp_path / "stats.jsonl",
+    )
 
     # first run: events with every fault kind, plus good and bad records on other input topics
     first = produce_events(kafka_conn, ProduceConfig(events, 3000, bad_fraction=0.1, seed=1, progress=False))

@@ -37,15 +37,39 @@ def _hand_made_inputs() -> list[tuple[str, bytes | None]]:
     out.append(("siftstream.events.v1", None))  # a tombstone on a non-table topic is bad
     sub = codec_for("Subscription")
     out += [
-        ("siftstream.subscriptions.v1", sub.encode({"type": "subscribe", "subscription_id": "s1", "subscriber_id": "u1",
-                                                    "filter": "price < 10"})),
-        ("siftstream.subscriptions.v1", sub.encode({"type": "subscribe", "subscription_id": "s2", "subscriber_id": None,
-                                                    "filter": "price < 10"})),
-        ("siftstream.subscriptions.v1", sub.encode({"type": "subscribe", "subscription_id": "s3", "subscriber_id": "u",
-                                                    "filter": "a = 1", "composite": '{"op": "or"}'})),
+        (
+            "siftstream.subscriptions.v1",
+            sub.encode({"type": "subscribe", "subscription_id": "s1", "subscriber_id": "u1", "filter": "price < 10"}),
+        ),
+        (
+            "siftstream.subscriptions.v1",
+            sub.encode({"type": "subscribe", "subscription_id": "s2", "subscriber_id": None, "filter": "price < 10"}),
+        ),
+        (
+            "siftstream.subscriptions.v1",
+            sub.encode(
+                {
+                    "type": "subscribe",
+                    "subscription_id": "s3",
+                    "subscriber_id": "u",
+                    "filter": "a = 1",
+                    "composite": '{"op": "or"}',
+                }
+            ),
+        ),
         ("siftstream.subscriptions.v1", sub.encode({"type": "unsubscribe", "subscription_id": "s1"})),
-        ("siftstream.subscriptions.v1", sub.encode({"type": "subscribe", "subscription_id": "s4", "subscriber_id": "u",
-                                                    "filter": "a = 1", "min_reliability": 1.5})),
+        (
+            "siftstream.subscriptions.v1",
+            sub.encode(
+                {
+                    "type": "subscribe",
+                    "subscription_id": "s4",
+                    "subscriber_id": "u",
+                    "filter": "a = 1",
+                    "min_reliability": 1.5,
+                }
+            ),
+        ),
         ("siftstream.subscriptions.v1", None),  # tombstone on a table: a valid deletion
     ]
     link = codec_for("LinkSample")
@@ -61,14 +85,23 @@ def _hand_made_inputs() -> list[tuple[str, bytes | None]]:
     broker = codec_for("BrokerSample")
     out += [
         ("siftstream.telemetry.brokers.v1", broker.encode({"broker_id": "b1", "arrived_at": 1, "service_ms": 0.5})),
-        ("siftstream.telemetry.brokers.v1", broker.encode({"broker_id": "b1", "arrived_at": 1, "service_ms": float("nan")})),
-        ("siftstream.telemetry.brokers.v1", broker.encode({"broker_id": "b1", "arrived_at": 1, "service_ms": 1.0,
-                                                           "queue_length": -2})),
+        (
+            "siftstream.telemetry.brokers.v1",
+            broker.encode({"broker_id": "b1", "arrived_at": 1, "service_ms": float("nan")}),
+        ),
+        (
+            "siftstream.telemetry.brokers.v1",
+            broker.encode({"broker_id": "b1", "arrived_at": 1, "service_ms": 1.0, "queue_length": -2}),
+        ),
     ]
     topo = codec_for("TopologyElement")
     out += [
-        ("siftstream.topology.v1", topo.encode({"element_id": "b1->b2", "kind": "link", "from": "b1", "to": "b2",
-                                                "cost": 1.0, "reliability": 0.99})),
+        (
+            "siftstream.topology.v1",
+            topo.encode(
+                {"element_id": "b1->b2", "kind": "link", "from": "b1", "to": "b2", "cost": 1.0, "reliability": 0.99}
+            ),
+        ),
         ("siftstream.topology.v1", topo.encode({"element_id": "b1->b2", "kind": "link", "from": "b1"})),
         ("siftstream.topology.v1", topo.encode({"element_id": "b9", "kind": "broker", "bandwidth_mbps": 0.0})),
         ("siftstream.topology.v1", None),
@@ -82,13 +115,21 @@ def _hand_made_inputs() -> list[tuple[str, bytes | None]]:
     return out
 
 
+def verdict(df, specs):  # type: ignore[no-untyped-def]
+    """Rows of several topics through streaming.decode.decode, topic by topic, as the job does."""
+    from functools import reduce
+
+    from streaming.decode import decode
+
+    parts = [decode(df.where(df.topic == topic), spec).drop("record") for topic, spec in specs.items()]
+    return reduce(lambda a, b: a.unionByName(b), parts)
+
+
 def _python_codes(values: list[tuple[str, bytes | None]]) -> list[str | None]:
     return [classify(v, TOPICS[t].schema, TOPICS[t].compacted)[0] for t, v in values]
 
 
 def test_jvm_verdicts_equal_python_verdicts_on_every_input_topic(spark) -> None:  # type: ignore[no-untyped-def]
-    from streaming.decode import verdict
-
     values = _hand_made_inputs()
     specs = {t.name: t for t in INPUT_TOPICS}
     rows = verdict(_frame(spark, values), specs).orderBy("offset").collect()
@@ -101,8 +142,6 @@ def test_jvm_verdicts_equal_python_verdicts_on_every_input_topic(spark) -> None:
 
 
 def test_reasons_name_the_field_and_the_rule(spark) -> None:  # type: ignore[no-untyped-def]
-    from streaming.decode import verdict
-
     values = _hand_made_inputs()
     rows = verdict(_frame(spark, values), {t.name: t for t in INPUT_TOPICS}).orderBy("offset").collect()
     by_text = [r.reason for r in rows if r.error_code == "invalid_value"]
@@ -119,7 +158,6 @@ def test_generated_records_have_identical_verdicts(spark) -> None:  # type: igno
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from streaming.decode import verdict
     from tests.strategies import records_for
 
     specs = {t.name: t for t in INPUT_TOPICS}
@@ -142,12 +180,20 @@ def test_decode_gives_the_record_and_dead_letters_round_trip(spark) -> None:  # 
     from pyspark.sql import functions as F
 
     from schemas.codec import decode
-    from streaming.decode import dead_letters, decode as spark_decode, good
+    from streaming.decode import dead_letters, good
+    from streaming.decode import decode as spark_decode
 
     values = [(t, v) for t, v in _hand_made_inputs() if t == "siftstream.events.v1"]
     decoded = spark_decode(_frame(spark, values), TOPICS["siftstream.events.v1"])
-    ok = good(decoded).select("offset", F.col("record.event_id").alias("event_id"),
-                              F.col("record.attributes.doubles")["price"].alias("price")).collect()
+    ok = (
+        good(decoded)
+        .select(
+            "offset",
+            F.col("record.event_id").alias("event_id"),
+            F.col("record.attributes.doubles")["price"].alias("price"),
+        )
+        .collect()
+    )
     expected_ok = [i for i, code in enumerate(_python_codes(values)) if code is None]
     assert [r.offset for r in ok] == expected_ok
     for r in ok:

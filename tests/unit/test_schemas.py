@@ -250,13 +250,18 @@ def test_encode_rejects_a_record_that_does_not_fit() -> None:
         codec_for("Receipt").encode_wire({**RECEIPT, "received_at": "soon"})
 
 
-NAMED_REUSE = {"type": "record", "name": "R", "namespace": "ns", "fields": [
-    {"name": "a", "type": {"type": "record", "name": "P", "fields": [{"name": "x", "type": "int"}]}},
-    {"name": "b", "type": ["null", "P"]},
-    {"name": "c", "type": {"type": "array", "items": "ns.P"}},
-    {"name": "d", "type": {"type": "enum", "name": "E", "symbols": ["x", "y"]}},
-    {"name": "e", "type": {"type": "map", "values": "ns.E"}},
-]}
+NAMED_REUSE = {
+    "type": "record",
+    "name": "R",
+    "namespace": "ns",
+    "fields": [
+        {"name": "a", "type": {"type": "record", "name": "P", "fields": [{"name": "x", "type": "int"}]}},
+        {"name": "b", "type": ["null", "P"]},
+        {"name": "c", "type": {"type": "array", "items": "ns.P"}},
+        {"name": "d", "type": {"type": "enum", "name": "E", "symbols": ["x", "y"]}},
+        {"name": "e", "type": {"type": "map", "values": "ns.E"}},
+    ],
+}
 
 
 @settings(max_examples=50, deadline=None)
@@ -318,8 +323,12 @@ def test_each_rule_kind_fails_and_passes(
 def test_rules_name_real_fields() -> None:
     for name, rules in RULES.items():
         fields = {f["name"] for f in codec_for(name).schema["fields"]}
-        nested = {f"{f['name']}.{g['name']}" for f in codec_for(name).schema["fields"]
-                  if isinstance(f["type"], dict) and f["type"].get("type") == "record" for g in f["type"]["fields"]}
+        nested = {
+            f"{f['name']}.{g['name']}"
+            for f in codec_for(name).schema["fields"]
+            if isinstance(f["type"], dict) and f["type"].get("type") == "record"
+            for g in f["type"]["fields"]
+        }
         for rule in rules:
             assert rule.field in fields | nested, (name, rule)
             assert rule.when is None or rule.when[0] in fields, (name, rule)
@@ -330,18 +339,27 @@ def test_rules_name_real_fields() -> None:
 
 def test_rules_of_real_records() -> None:
     none: dict[str, dict[str, Any]] = {"longs": {}, "doubles": {}, "strings": {}, "booleans": {}}
-    event = {"event_id": "e", "publisher_id": "p", "published_at": 0, "lifetime_ms": 0,
-             "attributes": {**none, "doubles": {"a": 1.0}}}
+    event = {
+        "event_id": "e",
+        "publisher_id": "p",
+        "published_at": 0,
+        "lifetime_ms": 0,
+        "attributes": {**none, "doubles": {"a": 1.0}},
+    }
     assert validate("Event", event) == []
     assert validate("Event", {**event, "attributes": {**none, "doubles": {"a b": NAN}}}) == [
-        "attributes.doubles must hold only finite numbers", f"attributes.doubles keys must match {ATTRIBUTE_NAME}"]
+        "attributes.doubles must hold only finite numbers",
+        f"attributes keys must match {ATTRIBUTE_NAME}",
+    ]
     assert validate("Event", {**event, "event_id": ""}) == ["event_id must be a non-empty string (got '')"]
     sub = {"type": "subscribe", "subscription_id": "s", "subscriber_id": "u", "filter": "a > 1", "composite": None}
     assert validate("Subscription", sub) == []
     assert validate("Subscription", {**sub, "composite": "{}"}) == [
-        "exactly one of filter and composite must be set when type is subscribe"]
+        "exactly one of filter and composite must be set when type is subscribe"
+    ]
     assert validate("Subscription", {**sub, "subscriber_id": None}) == [
-        "subscriber_id is required when type is subscribe (got null)"]
+        "subscriber_id is required when type is subscribe (got null)"
+    ]
     assert validate("Subscription", {"type": "unsubscribe", "subscription_id": "s"}) == []
     link = {"from": "a", "to": "b", "seq": 0, "sent_at": 0, "delay_ms": None, "lost": False}
     assert validate("LinkSample", link) == ["delay_ms is required when lost is False (got null)"]
@@ -409,7 +427,8 @@ def test_every_committed_version_stays_decodable(name: str) -> None:
     for old in committed_versions(schema_files()[name]):
         assert make_codec(old).header in known, (
             f"{name}: a committed version (fingerprint {make_codec(old).header[2:].hex()}) is neither the current"
-            " schema nor in schemas/history/: copy it there so its data still decodes")
+            " schema nor in schemas/history/: copy it there so its data still decodes"
+        )
 
 
 def test_history_files_are_older_versions_of_current_schemas() -> None:
@@ -477,26 +496,51 @@ COMPAT_CASES = [  # (id, reader, writer, substring of the expected problem or No
     ("record-renamed-with-alias", _rec(_f("a", "int"), name="S", aliases=["R"]), _rec(_f("a", "int")), None),
     ("field-renamed-with-alias", _rec(_f("b", "int", aliases=["a"])), _rec(_f("a", "int")), None),
     ("field-renamed", _rec(_f("b", "int")), _rec(_f("a", "int")), "R.b"),
-    ("array-items-promoted", _rec(_f("xs", {"type": "array", "items": "long"})),
-     _rec(_f("xs", {"type": "array", "items": "int"})), None),
-    ("map-values-narrowed", _rec(_f("m", {"type": "map", "values": "int"})),
-     _rec(_f("m", {"type": "map", "values": "long"})), "R.m{}"),
-    ("array-to-map", _rec(_f("m", {"type": "map", "values": "int"})),
-     _rec(_f("m", {"type": "array", "items": "int"})), "array cannot be read as map"),
-    ("fixed-resized", _rec(_f("h", {"type": "fixed", "name": "H", "size": 4})),
-     _rec(_f("h", {"type": "fixed", "name": "H", "size": 8})), "size"),
-    ("fixed-same", _rec(_f("h", {"type": "fixed", "name": "H", "size": 4})),
-     _rec(_f("h", {"type": "fixed", "name": "H", "size": 4})), None),
+    (
+        "array-items-promoted",
+        _rec(_f("xs", {"type": "array", "items": "long"})),
+        _rec(_f("xs", {"type": "array", "items": "int"})),
+        None,
+    ),
+    (
+        "map-values-narrowed",
+        _rec(_f("m", {"type": "map", "values": "int"})),
+        _rec(_f("m", {"type": "map", "values": "long"})),
+        "R.m{}",
+    ),
+    (
+        "array-to-map",
+        _rec(_f("m", {"type": "map", "values": "int"})),
+        _rec(_f("m", {"type": "array", "items": "int"})),
+        "array cannot be read as map",
+    ),
+    (
+        "fixed-resized",
+        _rec(_f("h", {"type": "fixed", "name": "H", "size": 4})),
+        _rec(_f("h", {"type": "fixed", "name": "H", "size": 8})),
+        "size",
+    ),
+    (
+        "fixed-same",
+        _rec(_f("h", {"type": "fixed", "name": "H", "size": 4})),
+        _rec(_f("h", {"type": "fixed", "name": "H", "size": 4})),
+        None,
+    ),
     ("named-reference", _rec(_f("a", E1), _f("b", "E")), _rec(_f("a", E2), _f("b", "E")), "R.b"),
-    ("nested-record-field-added", _rec(_f("n", _rec(_f("x", "int"), _f("y", "int"), name="N"))),
-     _rec(_f("n", _rec(_f("x", "int"), name="N"))), "R.n.y"),
+    (
+        "nested-record-field-added",
+        _rec(_f("n", _rec(_f("x", "int"), _f("y", "int"), name="N"))),
+        _rec(_f("n", _rec(_f("x", "int"), name="N"))),
+        "R.n.y",
+    ),
     ("recursive-promoted", NODE_LONG, NODE_INT, None),
     ("recursive-narrowed", NODE_INT, NODE_LONG, "R.v"),
 ]
 
 
-@pytest.mark.parametrize(("reader", "writer", "expected"), [c[1:] for c in COMPAT_CASES],
-                         ids=[c[0] for c in COMPAT_CASES])
+@pytest.mark.parametrize(
+    ("reader", "writer", "expected"), [c[1:] for c in COMPAT_CASES], ids=[c[0] for c in COMPAT_CASES]
+)
 def test_check_backward_cases(reader: dict[str, Any], writer: dict[str, Any], expected: str | None) -> None:
     problems = check_backward(reader, writer)
     if expected is None:
@@ -551,10 +595,15 @@ def cluster_imports(source: str, where: str = "<source>") -> list[str]:
 
 
 def test_import_scanner_finds_cluster_clients() -> None:
-    source = "import os\nimport pyspark.sql as ps\nfrom kafka import KafkaProducer\nfrom .kafka import x\n" \
-             "import importlib\nimportlib.import_module('confluent_kafka')\n"
+    source = (
+        "import os\nimport pyspark.sql as ps\nfrom kafka import KafkaProducer\nfrom .kafka import x\n"
+        "import importlib\nimportlib.import_module('confluent_kafka')\n"
+    )
     assert cluster_imports(source) == [
-        "<source>:2 imports pyspark.sql", "<source>:3 imports kafka", "<source>:6 imports confluent_kafka"]
+        "<source>:2 imports pyspark.sql",
+        "<source>:3 imports kafka",
+        "<source>:6 imports confluent_kafka",
+    ]
 
 
 @pytest.mark.parametrize("package", ["routing", "schemas"])
@@ -566,8 +615,13 @@ def test_pure_packages_import_no_spark_or_kafka(package: str) -> None:
 
 
 def test_event_json_view_splits_attributes_by_kind_on_the_wire() -> None:
-    event = {"event_id": "e1", "publisher_id": "p1", "published_at": 5, "lifetime_ms": 10,
-             "attributes": {"n": 3, "x": 1.5, "s": "IBM", "b": True}}
+    event = {
+        "event_id": "e1",
+        "publisher_id": "p1",
+        "published_at": 5,
+        "lifetime_ms": 10,
+        "attributes": {"n": 3, "x": 1.5, "s": "IBM", "b": True},
+    }
     raw = codec_for("Event").encode(event)
     assert decode(raw) == ("Event", event)
     wire = decode_wire(raw)[1]["attributes"]
@@ -577,6 +631,11 @@ def test_event_json_view_splits_attributes_by_kind_on_the_wire() -> None:
 
 
 def test_an_attribute_name_in_two_typed_maps_is_invalid() -> None:
-    wire = {"event_id": "e1", "publisher_id": "p1", "published_at": 5, "lifetime_ms": 10,
-            "attributes": {"longs": {"x": 1}, "doubles": {"x": 1.5}, "strings": {}, "booleans": {}}}
+    wire = {
+        "event_id": "e1",
+        "publisher_id": "p1",
+        "published_at": 5,
+        "lifetime_ms": 10,
+        "attributes": {"longs": {"x": 1}, "doubles": {"x": 1.5}, "strings": {}, "booleans": {}},
+    }
     assert validate("Event", wire) == ["attributes must not repeat a name across longs, doubles, strings, booleans"]
