@@ -63,7 +63,7 @@ def _pid(path: Path) -> int | None:
     return pid if b"org.apache.spark.deploy" in cmdline else None
 
 
-def _start(cfg: ClusterConfig, role: str, args: list[str]) -> int:
+def _start(cfg: ClusterConfig, role: str, args: list[str]) -> subprocess.Popen[bytes]:
     cfg.home.mkdir(parents=True, exist_ok=True)
     with open(cfg.home / f"{role}.out", "ab") as out:  # the child keeps its own copy of the handle
         proc = subprocess.Popen(
@@ -75,7 +75,7 @@ def _start(cfg: ClusterConfig, role: str, args: list[str]) -> int:
             start_new_session=True,
         )
     (cfg.home / f"{role}.pid").write_text(f"{proc.pid}\n")
-    return proc.pid
+    return proc
 
 
 def alive_workers(cfg: ClusterConfig) -> int:
@@ -88,11 +88,12 @@ def alive_workers(cfg: ClusterConfig) -> int:
 
 def up(cfg: ClusterConfig, timeout_s: float = 90.0) -> str:
     """Start master and worker unless running; wait until the worker is registered."""
+    started: dict[str, subprocess.Popen[bytes]] = {}
     if _pid(cfg.home / "master.pid") is None:
         for port in (cfg.port, cfg.webui_port):
             if port_open(port):
                 raise RuntimeError(f"port {port} is in use by another process; pick others")
-        _start(
+        started["master"] = _start(
             cfg,
             "master",
             [
@@ -106,7 +107,7 @@ def up(cfg: ClusterConfig, timeout_s: float = 90.0) -> str:
             ],
         )
     if _pid(cfg.home / "worker.pid") is None:
-        _start(
+        started["worker"] = _start(
             cfg,
             "worker",
             [
@@ -129,7 +130,11 @@ def up(cfg: ClusterConfig, timeout_s: float = 90.0) -> str:
         if alive_workers(cfg) >= 1:
             return f"Spark standalone up at {cfg.master_url} (1 worker, {cfg.worker_cores} cores)"
         for role in ("master", "worker"):
-            if _pid(cfg.home / f"{role}.pid") is None:
+            # our own children: ask the process handle (/proc's cmdline is briefly empty around
+            # spark-class's exec of java, which made a pid-file check report a live worker dead)
+            proc = started.get(role)
+            gone = proc.poll() is not None if proc is not None else _pid(cfg.home / f"{role}.pid") is None
+            if gone:
                 tail = (cfg.home / f"{role}.out").read_text(errors="replace")[-2000:]
                 down(cfg)
                 raise RuntimeError(f"Spark {role} exited:\n{tail}")
