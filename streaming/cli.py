@@ -90,7 +90,23 @@ def cmd_infra(args: argparse.Namespace) -> int:
 # ---- produce ---------------------------------------------------------------------------------
 
 
+def _params(pairs: list[str]) -> dict[str, Any]:
+    """``--param key=value`` pairs; values are read as JSON where they parse (numbers, true), else text."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"--param expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            out[key.replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.replace("-", "_")] = value
+    return out
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
+    if args.workload != "events":
+        return _produce_preset(args)
     from producers.produce import ProduceConfig, produce_events
     from schemas.topics import TOPICS
 
@@ -120,6 +136,47 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 # ---- jobs ------------------------------------------------------------------------------------
+
+
+def _produce_preset(args: argparse.Namespace) -> int:
+    import inspect
+
+    from producers.replay import Replay
+    from producers.sinks import JsonlSink, KafkaSink, run_workload
+    from producers.workloads import PRESETS
+
+    params = _params(args.param)
+    if args.workload == "replay":
+        if not args.file:
+            raise ValueError("replay needs --file PATH (.jsonl, .csv or .avro)")
+        workload: Any = Replay(Path(args.file), speed=args.speed)
+        count = args.count if args.count_given else 2**62
+    else:
+        cls = PRESETS[args.workload]
+        accepted = set(inspect.signature(cls).parameters)
+        unknown = set(params) - accepted
+        if unknown:
+            raise ValueError(f"{args.workload} has no parameter {sorted(unknown)}; it takes {sorted(accepted)}")
+        workload = cls(**{"seed": args.seed, **params})
+        count = args.count
+    if args.out:
+        sink: Any = JsonlSink(folder=Path(args.out))
+        where = f"{args.out}/events.jsonl and subscriptions.jsonl"
+    elif args.log:
+        sink = JsonlSink(log=Path(args.log))
+        where = f"the matching log {args.log}"
+    else:
+        sink = KafkaSink(connection(args), args.topic_prefix)
+        where = f"Kafka ({sink.events_topic}, {sink.subs_topic})"
+    report = run_workload(workload, sink, count, rate=args.rate, progress=not args.quiet)
+    w = report.written
+    print(
+        f"{args.workload}: {w.get('subscriptions', 0):,} subscriptions and {w.get('events', 0):,} events written to "
+        f"{where} in {report.seconds:.2f}s ({report.events_per_s:,.0f} events/s)"
+    )
+    summary = {k: v for k, v in report.workload.items() if k != "event_types"}
+    print(json.dumps(summary, default=str))
+    return 0
 
 
 def _spark(args: argparse.Namespace) -> Any:
@@ -232,10 +289,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spark-webui-port", type=int, default=18080, help="master web UI port; the worker's is +1")
     p.set_defaults(func=cmd_infra)
 
-    p = sub.add_parser("produce", help="write a workload to Kafka")
-    p.add_argument("workload", choices=["events"], help="what to produce (more presets come with the producers work)")
+    from producers.workloads import PRESETS
+
+    p = sub.add_parser("produce", help="write a workload to Kafka or files")
+    p.add_argument(
+        "workload",
+        choices=["events", *PRESETS, "replay"],
+        help="events: the simple built-in generator (with --bad-fraction); the others are the papers' "
+        "workloads and demo feeds (see README), or replay of a recorded file",
+    )
     _common(p)
-    p.add_argument("--count", type=int, default=10_000, help="records to write (default: %(default)s)")
+    p.add_argument("--count", type=int, default=10_000, help="events to write (default: %(default)s)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset parameter, e.g. --param decay=0.88 (repeatable)",
+    )
+    p.add_argument("--out", help="write JSON Lines files into this folder instead of Kafka")
+    p.add_argument("--log", help="write one SPEC.md section 3 matching log (subscribes, then events) instead")
+    p.add_argument("--file", help="replay: the .jsonl, .csv or .avro file")
+    p.add_argument(
+        "--speed", type=float, default=0.0, help="replay: 1 = original timing, 2 = twice as fast, 0 = flat out"
+    )
     p.add_argument("--rate", type=float, default=0.0, help="records per second, 0 = as fast as possible (default)")
     p.add_argument("--bad-fraction", type=float, default=0.0, help="fraction of deliberately bad records (default: 0)")
     p.add_argument("--publishers", type=int, default=8, help="number of publishers (default: %(default)s)")
@@ -271,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    raw = list(argv) if argv is not None else sys.argv[1:]
+    args.count_given = "--count" in raw
     # a job stopped by SIGTERM (service managers, CI) shuts down as on Ctrl-C
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:

@@ -74,3 +74,34 @@ def test_producer_reports_failures_instead_of_dropping_them(kafka_conn: KafkaCon
     report = writer.flush(30)
     assert report.delivered == 0 and report.failed == 5
     assert report.errors
+
+
+def test_a_preset_writes_subscriptions_and_events_to_kafka(kafka_conn: KafkaConnection, topic_prefix: str) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streaming.cli",
+            "produce",
+            "gryphon",
+            "--count",
+            "3000",
+            "--param",
+            "brokers=2",
+            "--bootstrap-servers",
+            kafka_conn.bootstrap_servers,
+            "--topic-prefix",
+            topic_prefix,
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    subs = read_topic(kafka_conn, topic_prefix + "siftstream.subscriptions.v1", "Subscription")
+    events = read_topic(kafka_conn, topic_prefix + "siftstream.events.v1", "Event")
+    assert len(subs) == 2 * 25 * 5 and len(events) == 3000
+    assert {r.key.decode() for r in subs} == {r.value["subscription_id"] for r in subs}
+    assert all(len(r.value["attributes"]) == 15 for r in events)
