@@ -179,6 +179,41 @@ def _produce_preset(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_topology(args: argparse.Namespace) -> int:
+    from routing.topology import generate, to_micpice_nodes_links
+
+    params = {k.replace("-", "_"): v for k, v in (p.split("=", 1) for p in args.param)} if args.param else {}
+    if any("=" not in p for p in args.param):
+        raise ValueError("--param expects key=value")
+    topo = generate(args.kind, **params)
+    if args.format == "json":
+        doc: Any = topo.to_json()
+    elif args.format == "micpice":
+        doc = to_micpice_nodes_links(topo)
+    else:
+        doc = topo.topology_records()
+    if args.to_kafka:
+        from producers.kafka_writer import KafkaWriter
+        from schemas.codec import codec_for
+        from schemas.topics import TOPICS
+
+        topic = args.topic_prefix + TOPICS["siftstream.topology.v1"].name
+        writer, codec = KafkaWriter(connection(args)), codec_for("TopologyElement")
+        for record in topo.topology_records():
+            writer.send(topic, record["element_id"], codec.encode(record))
+        report = writer.flush()
+        if report.failed:
+            raise RuntimeError(f"{report.failed} topology records were not delivered: {report.errors}")
+        print(f"{report.delivered} topology elements written to {topic}", file=sys.stderr)
+    text = json.dumps(doc, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+        print(f"{topo.name}: {len(topo.nodes)} nodes, {len(topo.links)} directed links -> {args.out}", file=sys.stderr)
+    elif not args.to_kafka:
+        print(text)
+    return 0
+
+
 def _spark(args: argparse.Namespace) -> Any:
     from streaming.session import SparkConfig, build_session
 
@@ -321,6 +356,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_produce)
 
+    p = sub.add_parser("topology", help="generate a broker overlay (random, transit-stub, trees, the papers' setups)")
+    p.add_argument(
+        "kind",
+        help="chen-flat-12, chen-ts-100, chen-flat-100, opyrchal-fig5, reliability-tree-20, "
+        "flat-random, pure-random, waxman, transit-stub, tree, random-tree",
+    )
+    _common(p)
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="generator parameter (repeatable)")
+    p.add_argument(
+        "--format",
+        choices=["json", "micpice", "records"],
+        default="json",
+        help="json: nodes and links; micpice: the nodes/links of SPEC.md section 5; records: topology topic",
+    )
+    p.add_argument("--out", help="write to this file instead of stdout")
+    p.add_argument("--to-kafka", action="store_true", help="also publish the elements to the topology topic")
+    p.set_defaults(func=cmd_topology)
+
     p = sub.add_parser("validate", help="run the validation / dead-letter job")
     _common(p)
     _spark_opts(p)
@@ -356,6 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except (RuntimeError, TimeoutError, ValueError, FileNotFoundError) as exc:
         print(f"siftstream: error: {exc}", file=sys.stderr)
         return 2
