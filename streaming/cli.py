@@ -214,6 +214,79 @@ def cmd_topology(args: argparse.Namespace) -> int:
     return 0
 
 
+def _system(args: argparse.Namespace) -> dict[str, Any]:
+    if args.system:
+        loaded: dict[str, Any] = json.loads(Path(args.system).read_text())
+        return loaded
+    from routing.simulation import reliability_tree_system
+
+    return reliability_tree_system(args.seed)
+
+
+def cmd_qos(args: argparse.Namespace) -> int:
+    from producers.overlay import run
+    from routing.simulation import to_spec_output
+
+    if args.action != "simulate":
+        raise ValueError("qos predict comes with the reliability work; `qos simulate` is available")
+    result = run(_system(args), args.seconds, args.seed)
+    print(json.dumps(to_spec_output(result), indent=2))
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Run the overlay simulator and emit what a real overlay would: events, telemetry, receipts."""
+    import time as _time
+
+    from producers import overlay
+    from routing.simulation import to_spec_output
+    from schemas.codec import codec_for
+
+    system = _system(args)
+    started = _time.monotonic()
+    result = overlay.run(system, args.seconds, args.seed, telemetry=True)
+    sim_s = _time.monotonic() - started
+    assert result.telemetry is not None
+    rows = overlay.records(system, result.telemetry, int(_time.time() * 1000))
+    truth = to_spec_output(result)
+    if args.out:
+        import orjson
+
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        files = {t: (folder / f"{t.split('.', 1)[1].replace('.v1', '')}.jsonl").open("wb") for t in overlay.SCHEMA_OF}
+        n = overlay.emit(rows, lambda topic, key, rec: files[topic].write(orjson.dumps(rec) + b"\n"), args.time_scale)
+        for f in files.values():
+            f.close()
+        (folder / "ground_truth.json").write_text(json.dumps(truth, indent=2))
+        where = f"{folder}/ (and ground_truth.json)"
+    else:
+        from producers.kafka_writer import KafkaWriter
+
+        writer = KafkaWriter(connection(args))
+        codecs = {t: codec_for(s) for t, s in overlay.SCHEMA_OF.items()}
+        n = overlay.emit(
+            rows,
+            lambda topic, key, rec: writer.send(args.topic_prefix + topic, key, codecs[topic].encode(rec)),
+            args.time_scale,
+        )
+        report = writer.flush()
+        if report.failed:
+            raise RuntimeError(f"{report.failed} records were not delivered: {report.errors}")
+        where = "Kafka"
+    print(
+        f"simulated {args.seconds:g}s of the overlay in {sim_s:.2f}s ({result.event_hops / sim_s:,.0f} event-hops/s); "
+        f"{n:,} records to {where}",
+        file=sys.stderr,
+    )
+    print(
+        json.dumps(
+            {"summary": overlay.summary(result), "ground_truth": truth} if args.verbose else overlay.summary(result)
+        )
+    )
+    return 0
+
+
 def _spark(args: argparse.Namespace) -> Any:
     from streaming.session import SparkConfig, build_session
 
@@ -373,6 +446,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write to this file instead of stdout")
     p.add_argument("--to-kafka", action="store_true", help="also publish the elements to the topology topic")
     p.set_defaults(func=cmd_topology)
+
+    p = sub.add_parser("qos", help="reliability: predict (SPEC.md section 4) or simulate the same network")
+    p.add_argument("action", choices=["predict", "simulate"])
+    p.add_argument("--system", required=True, help="the SPEC.md section 4 network (JSON)")
+    p.add_argument("--seconds", type=float, default=600.0, help="simulated time (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_qos)
+
+    p = sub.add_parser("simulate", help="play a broker overlay: events, link/broker telemetry, receipts")
+    _common(p)
+    p.add_argument("--system", help="a SPEC.md section 4 network (default: the reliability paper's 20-broker tree)")
+    p.add_argument("--seconds", type=float, default=60.0, help="simulated time (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write JSON Lines files and ground_truth.json here instead of Kafka")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=0.0,
+        help="emit in real time: 1 = as simulated, 10 = ten times faster, 0 = flat out (default)",
+    )
+    p.add_argument("--verbose", action="store_true", help="also print the per-subscriber ground truth")
+    p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("validate", help="run the validation / dead-letter job")
     _common(p)

@@ -172,3 +172,204 @@ def valid_records(name: str) -> st.SearchStrategy[dict[str, Any]]:
         return record
 
     return repaired().filter(lambda record: not validate(name, record))
+
+
+# --- The filter language (routing.filters) -----------------------------------------------------
+# An appended section: its imports sit here so that the code above stays as it was.
+
+import math  # noqa: E402
+import random  # noqa: E402
+
+from routing.filters import Filter, Op, Predicate  # noqa: E402
+
+FILTER_KEYWORDS = ("and", "between", "in", "not", "startswith", "endswith", "contains", "exists", "true", "false")
+
+# any attribute name, keywords included (the grammar reads them as names where a name is due)
+_NAME_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
+attribute_names: st.SearchStrategy[str] = st.one_of(
+    st.builds(
+        str.__add__,
+        st.sampled_from(_NAME_START),
+        st.text(alphabet=_NAME_START + "0123456789.", max_size=6),
+    ),
+    st.sampled_from((*FILTER_KEYWORDS, "AND", "Not", "IN", "TRUE")),
+)
+filter_numbers: st.SearchStrategy[int | float] = st.one_of(
+    st.integers(), st.floats(allow_nan=False, allow_infinity=False)
+)
+
+# Small pools for semantic checks: few names, literals that collide often, boundary values.
+SMALL_NAMES = ("a", "b")
+SMALL_NUMBERS = (-1, 0, 0.5, 1, 1.0, 1.5, 2, 3)
+SMALL_STRINGS = ("", "a", "b", "ab", "ba", "aa", "abb", "b'")
+filter_strings: st.SearchStrategy[str] = st.text(max_size=6)
+small_numbers: st.SearchStrategy[Any] = st.sampled_from(SMALL_NUMBERS)
+small_strings: st.SearchStrategy[str] = st.sampled_from(SMALL_STRINGS)
+
+
+def filter_predicates(
+    names: st.SearchStrategy[str] = attribute_names,
+    numbers: st.SearchStrategy[Any] = filter_numbers,
+    strings: st.SearchStrategy[str] = filter_strings,
+    ops: tuple[Op, ...] = tuple(Op),
+    max_list: int = 3,
+    kinds: tuple[str, ...] = ("number", "string", "boolean"),
+) -> st.SearchStrategy[Predicate]:
+    """Valid predicates with literals of the given ``kinds``: literals of one kind, strings for
+    the string operators, booleans only with = and != (``exists`` where no kind fits ``op``)."""
+    literal_of = {"number": numbers, "string": strings, "boolean": st.booleans()}
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Predicate:
+        name = draw(names)
+        op = draw(st.sampled_from(ops))
+        if op in (Op.STARTSWITH, Op.ENDSWITH, Op.CONTAINS):
+            fitting = [k for k in kinds if k == "string"]
+        elif op in (Op.EQ, Op.NE):
+            fitting = list(kinds)
+        else:
+            fitting = [k for k in kinds if k != "boolean"]
+        if op is Op.EXISTS or not fitting:
+            return Predicate(name, Op.EXISTS)
+        literal = literal_of[draw(st.sampled_from(fitting))]
+        if op is Op.BETWEEN:
+            count = 2
+        elif op in (Op.IN, Op.NOT_IN):
+            count = draw(st.integers(1, max_list))
+        else:
+            count = 1
+        return Predicate(name, op, tuple(draw(literal) for _ in range(count)))
+
+    return build()
+
+
+def filters(
+    names: st.SearchStrategy[str] = attribute_names,
+    numbers: st.SearchStrategy[Any] = filter_numbers,
+    strings: st.SearchStrategy[str] = filter_strings,
+    ops: tuple[Op, ...] = tuple(Op),
+    max_predicates: int = 4,
+    max_list: int = 3,
+    kinds: tuple[str, ...] = ("number", "string", "boolean"),
+) -> st.SearchStrategy[Filter]:
+    """Valid filters of 1 to ``max_predicates`` predicates."""
+    predicates = filter_predicates(names, numbers, strings, ops, max_list, kinds)
+    return st.lists(predicates, min_size=1, max_size=max_predicates).map(lambda ps: Filter(tuple(ps)))
+
+
+def small_filters(
+    names: tuple[str, ...] = SMALL_NAMES, ops: tuple[Op, ...] = tuple(Op), max_predicates: int = 3
+) -> st.SearchStrategy[Filter]:
+    """Filters over few names and a small pool of colliding literals (for brute-force oracles)."""
+    return filters(
+        st.sampled_from(names),
+        small_numbers,
+        small_strings,
+        ops,
+        max_predicates,
+        max_list=2,
+    )
+
+
+def attribute_values(
+    numbers: st.SearchStrategy[Any] = small_numbers,
+    strings: st.SearchStrategy[str] = small_strings,
+) -> st.SearchStrategy[object]:
+    """Event attribute values of every kind, plus NaN, infinities and values of no kind."""
+    return st.one_of(
+        numbers,
+        strings,
+        st.booleans(),
+        st.sampled_from([float("nan"), float("inf"), float("-inf"), None, 0.25, 2.5, -0.0]),
+        st.text(alphabet="ab'\x00", max_size=3),
+    )
+
+
+def filter_events(
+    names: tuple[str, ...] = SMALL_NAMES, values: st.SearchStrategy[object] | None = None
+) -> st.SearchStrategy[dict[str, object]]:
+    """Event attributes over ``names`` (some names left out)."""
+    return st.dictionaries(
+        st.sampled_from(names), values if values is not None else attribute_values(), max_size=len(names)
+    )
+
+
+def respellings(f: Filter) -> st.SearchStrategy[str]:
+    """Other spellings of ``f``: random keyword case, whitespace and number forms."""
+
+    def spell(seed: int) -> str:
+        rng = random.Random(seed)  # one draw: much cheaper than a draw per choice
+
+        def keyword(word: str) -> str:
+            return "".join(c.upper() if rng.random() < 0.5 else c for c in word)
+
+        def literal(v: object) -> str:
+            if isinstance(v, bool):
+                return keyword("true" if v else "false")
+            if isinstance(v, str):
+                return "'" + v.replace("'", "''") + "'"
+            if isinstance(v, float):
+                return rng.choice([repr(v), f"{v:.17e}", f"{v:.17E}"])
+            return str(v)
+
+        tokens: list[str] = []
+        for i, p in enumerate(f.predicates):
+            if i:
+                tokens.append(keyword("and"))
+            tokens.append(p.attribute)
+            if p.op is Op.BETWEEN:
+                tokens += [keyword("between"), literal(p.values[0]), keyword("and"), literal(p.values[1])]
+            elif p.op in (Op.IN, Op.NOT_IN):
+                tokens += [keyword(w) for w in p.op.value.split()] + ["("]
+                tokens += [*[t for v in p.values for t in (literal(v), ",")][:-1], ")"]
+            elif p.op is Op.EXISTS:
+                tokens.append(keyword("exists"))
+            else:
+                tokens += [keyword(p.op.value), literal(p.values[0])]
+        gaps = [" ", "  ", "\t", "\n", " \r\n "]
+        return rng.choice(gaps).lstrip() + "".join(t + rng.choice(gaps) for t in tokens)
+
+    return st.integers(0, 2**32).map(spell)
+
+
+@st.composite
+def cover_pairs(
+    draw: st.DrawFn, base: st.SearchStrategy[Filter], extra: st.SearchStrategy[Predicate]
+) -> tuple[Filter, Filter]:
+    """(f2, f1): half the time independent, half the time f2 keeps some of f1's predicates and
+    maybe adds one (so that covering holds often enough to exercise a brute-force check)."""
+    f1 = draw(base)
+    if draw(st.booleans()):
+        return draw(base), f1
+    kept = [p for p in f1.predicates if draw(st.booleans())]
+    kept += draw(st.lists(extra, min_size=0 if kept else 1, max_size=1))
+    return Filter(tuple(kept)), f1
+
+
+# One string attribute ``s``, string literals only: for checks against every short string.
+STRING_FILTER_OPS: tuple[Op, ...] = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.BETWEEN, Op.IN, Op.NOT_IN)
+STRING_FILTER_OPS += (Op.STARTSWITH, Op.ENDSWITH, Op.CONTAINS)
+string_pool: st.SearchStrategy[str] = st.sampled_from(("", "a", "b", "ab", "ba", "aab", "bab", "a'"))
+
+
+def string_predicates() -> st.SearchStrategy[Predicate]:
+    return filter_predicates(st.just("s"), st.just(0), string_pool, STRING_FILTER_OPS, 2, ("string",))
+
+
+def string_filters() -> st.SearchStrategy[Filter]:
+    return filters(st.just("s"), st.just(0), string_pool, STRING_FILTER_OPS, 3, 2, ("string",))
+
+
+# One number attribute ``x`` with literals where doubles are sparse or adjacent: 2**53 + 1 is no
+# double; 1.0 and its successor are adjacent doubles, with no number between them.
+TIGHT_NUMBERS = (1, 1.0, math.nextafter(1.0, 2.0), 2**53, 2**53 + 1, 2.0**53 + 2, -(2**53) - 1)
+NUMBER_FILTER_OPS = tuple(op for op in Op if op not in (Op.STARTSWITH, Op.ENDSWITH, Op.CONTAINS))
+tight_numbers: st.SearchStrategy[Any] = st.sampled_from(TIGHT_NUMBERS)
+
+
+def tight_predicates() -> st.SearchStrategy[Predicate]:
+    return filter_predicates(st.just("x"), tight_numbers, st.just(""), NUMBER_FILTER_OPS, 2, ("number",))
+
+
+def tight_filters() -> st.SearchStrategy[Filter]:
+    return filters(st.just("x"), tight_numbers, st.just(""), NUMBER_FILTER_OPS, 3, 2, ("number",))
