@@ -148,10 +148,17 @@ def _produce_share(
     return result
 
 
-def _worker(args: tuple[KafkaConnection, ProduceConfig, int, Any]) -> ProduceResult:
-    conn, cfg, index, counter = args
-    result = _produce_share(conn, cfg, index, counter=counter)
-    return result
+_COUNTER: Any = None  # the shared progress counter of a worker process (set by _init_worker)
+
+
+def _init_worker(counter: Any) -> None:
+    global _COUNTER
+    _COUNTER = counter
+
+
+def _worker(args: tuple[KafkaConnection, ProduceConfig, int]) -> ProduceResult:
+    conn, cfg, index = args
+    return _produce_share(conn, cfg, index, counter=_COUNTER)
 
 
 def _produce_parallel(conn: KafkaConnection, cfg: ProduceConfig, progress: Any) -> ProduceResult:
@@ -160,8 +167,9 @@ def _produce_parallel(conn: KafkaConnection, cfg: ProduceConfig, progress: Any) 
     ctx = mp.get_context("fork")  # children inherit the loaded codecs; each opens its own producer
     counter = ctx.Value("q", 0)
     total = ProduceResult(DeliveryReport(), 0.0)
-    with ctx.Pool(cfg.workers) as pool:
-        pending = pool.map_async(_worker, [(conn, cfg, i, counter) for i in range(cfg.workers)])
+    # a shared Value cannot travel as a task argument, only to the workers at their start
+    with ctx.Pool(cfg.workers, initializer=_init_worker, initargs=(counter,)) as pool:
+        pending = pool.map_async(_worker, [(conn, cfg, i) for i in range(cfg.workers)])
         while not pending.ready():
             pending.wait(0.2)
             if progress is not None:

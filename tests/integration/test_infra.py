@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -105,3 +106,28 @@ def test_a_preset_writes_subscriptions_and_events_to_kafka(kafka_conn: KafkaConn
     assert len(subs) == 2 * 25 * 5 and len(events) == 3000
     assert {r.key.decode() for r in subs} == {r.value["subscription_id"] for r in subs}
     assert all(len(r.value["attributes"]) == 15 for r in events)
+
+
+def test_parallel_producer_workers_write_disjoint_events(kafka_conn: KafkaConnection, topic_prefix: str) -> None:
+    from producers.produce import ProduceConfig, produce_events
+
+    topic = topic_prefix + "siftstream.events.v1"
+    result = produce_events(kafka_conn, ProduceConfig(topic, 3001, bad_fraction=0.1, seed=2, progress=False, workers=2))
+    assert result.report.delivered == 3001 and result.report.failed == 0
+    assert result.good + sum(result.faults.values()) == 3001
+    # the good events (bad ones do not decode) carry distinct ids across the two workers
+    from confluent_kafka import Consumer, TopicPartition
+
+    from schemas.codec import DecodeError, decode
+
+    consumer = Consumer(kafka_conn.confluent(**{"group.id": "w", "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+    ids, seen = [], 0
+    while seen < 3001:
+        for msg in consumer.consume(1000, 2.0):
+            seen += 1
+            with contextlib.suppress(DecodeError):  # deliberately undecodable records
+                ids.append(decode(msg.value(), "Event")[1]["event_id"])
+    consumer.close()
+    ids = [i for i in ids if i]  # the empty_event_id fault
+    assert len(ids) == len(set(ids)) >= result.good
