@@ -141,6 +141,10 @@ def wait_ready(bootstrap: str, timeout_s: float = 90.0) -> float:
     start = time.monotonic()
     topic = "__siftstream_healthcheck"
     last_error: Exception | None = None
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    # wait for the listener first: a client created earlier logs every refused connection
+    while not port_open(int(port), host or "127.0.0.1") and time.monotonic() - start < timeout_s:
+        time.sleep(0.2)
     while time.monotonic() - start < timeout_s:
         try:
             admin = AdminClient({"bootstrap.servers": bootstrap})
