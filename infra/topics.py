@@ -41,4 +41,27 @@ def ensure_topics(
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise RuntimeError(f"could not create topic {name}: {exc}") from exc
                 lines.append(f"exists   {name}")
+    if new:
+        _wait_for_leaders(admin, [t.topic for t in new])
     return sorted(lines, key=lambda line: line.split()[-1])
+
+
+def _wait_for_leaders(admin: AdminClient, topics: list[str], timeout_s: float = 30.0) -> None:
+    """New topics are usable once every partition has a leader (before that, clients get
+    NOT_LEADER_FOR_PARTITION); wait for it so callers can produce and read offsets at once."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(timeout=10).topics
+        ready = all(
+            name in meta
+            and meta[name].error is None
+            and meta[name].partitions
+            and all(p.leader >= 0 and p.error is None for p in meta[name].partitions.values())
+            for name in topics
+        )
+        if ready:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"new topics got no partition leaders within {timeout_s:.0f}s: {topics}")

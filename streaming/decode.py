@@ -170,7 +170,7 @@ def _verdict(spec: TopicSpec, rec: Column) -> Column:
             "bad_framing",
             F.concat(
                 F.lit("value does not start with the Avro single-object marker C3 01 (got "),
-                F.lower(F.hex(F.substring(value, 1, 2))),
+                F.when(F.length(value) == 0, F.lit("nothing")).otherwise(F.lower(F.hex(F.substring(value, 1, 2)))),
                 F.lit(", "),
                 F.length(value).cast("string"),
                 F.lit(" bytes)"),

@@ -114,6 +114,7 @@ def run_demo(cfg: DemoConfig) -> int:
         stats_file=stats,
     )
     spark = build_session(SparkConfig(master=cfg.master), jars)
+    spark.sparkContext.setLogLevel("ERROR")  # the demo prints its own summary
     run(spark, vcfg, quiet=True)
     spark.stop()
     counts = read_stats(stats)

@@ -24,6 +24,26 @@ class KafkaRecord:
     timestamp_ms: int
 
 
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
+    """(low, high) offsets of a partition, retried while a new topic's leader is still settling
+    (a broker answers NOT_LEADER_FOR_PARTITION for a moment after the metadata shows a leader)."""
+    import time
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    settling = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in settling) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_topic(conn: KafkaConnection, topic: str, schema: str, timeout_s: float = 30.0) -> list[KafkaRecord]:
     """Every record now in ``topic`` (all partitions, up to the high watermarks), decoded.
 
@@ -40,7 +60,7 @@ def read_topic(conn: KafkaConnection, topic: str, schema: str, timeout_s: float 
         ends: dict[int, int] = {}
         assignment = []
         for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            low, high = watermarks(consumer, topic, p)
             if high > low:
                 ends[p] = high
                 assignment.append(TopicPartition(topic, p, low))
@@ -74,9 +94,7 @@ def end_offsets(conn: KafkaConnection, topics: list[str]) -> str:
         out: dict[str, dict[str, int]] = {}
         for topic in topics:
             meta = consumer.list_topics(topic, timeout=10).topics[topic]
-            out[topic] = {
-                str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions
-            }
+            out[topic] = {str(p): watermarks(consumer, topic, p)[1] for p in meta.partitions}
         return json.dumps(out)
     finally:
         consumer.close()
