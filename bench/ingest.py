@@ -122,19 +122,7 @@ def main() -> int:
     args = ap.parse_args()
 
     jars = ensure_jars()
-    broker = None
-    if args.bootstrap_servers:
-        conn = KafkaConnection(args.bootstrap_servers)
-    else:
-        broker = kafka.BrokerConfig(
-            home=Path(tempfile.mkdtemp(prefix="bench-kafka-")),
-            port=kafka.free_port(),
-            controller_port=kafka.free_port(),
-            heap="1g",
-        )
-        print(kafka.up(broker, jars), file=sys.stderr)
-        conn = KafkaConnection(broker.bootstrap)
-    try:
+    with kafka.broker_or(args.bootstrap_servers, jars, heap="1g") as conn:
         prefix = f"bench{uuid.uuid4().hex[:6]}."
         ensure_topics(conn, prefix)
         print(
@@ -168,9 +156,6 @@ def main() -> int:
         print(f"  batches (rows, ms, addBatch ms): {v['batch_rows_ms']}")
         if args.json:
             Path(args.json).write_text(json.dumps({"producer": p, "validation": v}, indent=2))
-    finally:
-        if broker is not None:
-            print(kafka.down(broker), file=sys.stderr)
     return 0
 
 

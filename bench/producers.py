@@ -17,7 +17,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infra import kafka
-from infra.connection import KafkaConnection
 from infra.jars import ensure_jars
 from infra.topics import ensure_topics
 from producers.overlay import filter_matcher
@@ -41,27 +40,12 @@ def main() -> int:
             f"  to file  {name:12} {r.events_per_s:>10,.0f} events/s  ({r.written['bytes'] / r.seconds / 1e6:.1f} MB/s)"
         )
 
-    broker = None
-    if args.bootstrap_servers:
-        conn = KafkaConnection(args.bootstrap_servers)
-    else:
-        broker = kafka.BrokerConfig(
-            home=Path(tempfile.mkdtemp(prefix="bench-kafka-")),
-            port=kafka.free_port(),
-            controller_port=kafka.free_port(),
-            heap="1g",
-        )
-        print(kafka.up(broker, ensure_jars()), file=sys.stderr)
-        conn = KafkaConnection(broker.bootstrap)
-    try:
+    with kafka.broker_or(args.bootstrap_servers, ensure_jars(), heap="1g") as conn:
         for name in ("gryphon", "sensors"):
             prefix = f"bp{uuid.uuid4().hex[:6]}."
             ensure_topics(conn, prefix)
             r = run_workload(PRESETS[name](seed=1), KafkaSink(conn, prefix), args.events, progress=False)
             print(f"  to Kafka {name:12} {r.events_per_s:>10,.0f} events/s  (acks=all, idempotent, single process)")
-    finally:
-        if broker is not None:
-            print(kafka.down(broker), file=sys.stderr)
 
     system = reliability_tree_system(1)
     start = time.perf_counter()

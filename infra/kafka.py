@@ -14,11 +14,16 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.connection import KafkaConnection
 from infra.jars import JarSets
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -261,3 +266,25 @@ def status(cfg: BrokerConfig) -> str:
         return f"Kafka is not running (home {cfg.home})"
     state = "accepting connections" if port_open(cfg.port) else "not yet listening"
     return f"Kafka running (pid {pid}) at {cfg.bootstrap}, {state}; data in {cfg.home / 'data'}"
+
+
+@contextmanager
+def broker_or(
+    bootstrap: str | None, jars: JarSets, home: Path | None = None, heap: str = "512m"
+) -> Iterator[KafkaConnection]:
+    """The cluster at ``bootstrap``, or, when it is None, a throwaway local broker on free ports
+    (under ``home`` or a temporary folder) that is stopped on exit, also after an error."""
+    if bootstrap:
+        yield KafkaConnection(bootstrap)
+        return
+    cfg = BrokerConfig(
+        home=home or Path(tempfile.mkdtemp(prefix="siftstream-kafka-")),
+        port=free_port(),
+        controller_port=free_port(),
+        heap=heap,
+    )
+    print(up(cfg, jars), file=sys.stderr)
+    try:
+        yield KafkaConnection(cfg.bootstrap)
+    finally:
+        print(down(cfg), file=sys.stderr)

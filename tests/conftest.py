@@ -44,20 +44,12 @@ def spark(jars):  # type: ignore[no-untyped-def]
 def kafka_conn(jars, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaConnection]:
     """The broker for this test run: started here on free ports, stopped at the end (also when
     tests fail). SIFTSTREAM_TEST_BOOTSTRAP points the tests at a running broker instead."""
-    external = os.environ.get("SIFTSTREAM_TEST_BOOTSTRAP")
-    if external:
-        yield KafkaConnection(external)
-        return
     from infra import kafka
 
-    cfg = kafka.BrokerConfig(
-        home=tmp_path_factory.mktemp("kafka"), port=kafka.free_port(), controller_port=kafka.free_port()
-    )
-    kafka.up(cfg, jars)
-    try:
-        yield KafkaConnection(cfg.bootstrap)
-    finally:
-        kafka.down(cfg)
+    with kafka.broker_or(
+        os.environ.get("SIFTSTREAM_TEST_BOOTSTRAP"), jars, home=tmp_path_factory.mktemp("kafka")
+    ) as conn:
+        yield conn
 
 
 @pytest.fixture
