@@ -36,8 +36,10 @@ test: jars
 test-unit: setup
 	$(BIN)/python -m pytest tests/unit routing schemas producers -q
 
+## benchmarks: each prints its workload and numbers (several minutes, best on a quiet machine)
 bench: jars
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/producers.py
 
 lint: setup
 	$(BIN)/ruff check .
