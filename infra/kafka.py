@@ -200,10 +200,11 @@ def up(cfg: BrokerConfig, jars: JarSets, timeout_s: float = 90.0) -> str:
     props = cfg.home / "server.properties"
     wanted = _server_properties(cfg)
     if props.exists() and props.read_text() != wanted and (cfg.home / "data").exists():
-        # ports or paths changed: the old data's cluster metadata would not match, start afresh
-        import shutil
-
-        shutil.rmtree(cfg.home / "data")
+        # the KRaft metadata in data/ names the old controller address: never delete data silently
+        raise RuntimeError(
+            f"the broker data in {cfg.home / 'data'} was created with other settings (ports or paths); "
+            f"start it with the ports it had (see {props}), or remove {cfg.home} to start afresh"
+        )
     props.write_text(wanted)
     _format(cfg, jars)
     with open(cfg.log_dir / "broker.out", "ab") as out:  # the child keeps its own copy of the handle
