@@ -1,0 +1,83 @@
+"""The offline commands of the front door, run through the real entry point (no broker, no Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streaming.cli import main
+
+
+def test_topology_writes_the_named_setup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["topology", "chen-flat-12", "--param", "seed=4", "--out", str(tmp_path / "t.json")]) == 0
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert len(doc["nodes"]) == 12 and len(doc["links"]) == 36
+    assert main(["topology", "nope"]) == 2
+    assert "unknown topology kind 'nope'" in capsys.readouterr().err
+
+
+def test_produce_preset_to_files_reports_what_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "produce",
+            "gryphon",
+            "--count",
+            "500",
+            "--param",
+            "brokers=2",
+            "--param",
+            "decay=0.88",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "250 subscriptions and 500 events" in out
+    assert json.loads(out.splitlines()[1])["decay"] == 0.88
+    assert len((tmp_path / "events.jsonl").read_text().splitlines()) == 500
+    assert main(["produce", "gryphon", "--param", "colour=red", "--out", str(tmp_path)]) == 2
+
+
+def test_qos_simulate_prints_the_spec_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    system = {
+        "brokers": [{"id": "b1", "service_ms": {"kind": "exponential", "mean": 5}}],
+        "links": [
+            {"from": "p1", "to": "b1", "reliability": 1.0, "delay_ms": {"kind": "deterministic", "value": 1}},
+            {"from": "b1", "to": "s1", "reliability": 1.0, "delay_ms": {"kind": "deterministic", "value": 1}},
+        ],
+        "publishers": [
+            {
+                "id": "p1",
+                "broker": "b1",
+                "interarrival_ms": {"kind": "exponential", "mean": 20},
+                "content": [{"p": 1.0, "lifetime_ms": 1000, "attributes": {"t": 1}}],
+            }
+        ],
+        "subscribers": [{"id": "s1", "broker": "b1", "filter": "t = 1"}],
+    }
+    path = tmp_path / "system.json"
+    path.write_text(json.dumps(system))
+    assert main(["qos", "simulate", "--system", str(path), "--seconds", "60", "--seed", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    s1 = doc["subscribers"]["s1"]
+    assert s1["reliability_low"] <= s1["reliability"] <= s1["reliability_high"]
+    assert s1["reliability"] > 0.99  # 5 ms service at rho 0.25 against a 1 s lifetime
+    assert 0.15 < doc["brokers"]["b1"]["rho"] < 0.35
+
+
+def test_simulate_writes_telemetry_files_and_ground_truth(tmp_path: Path) -> None:
+    assert main(["simulate", "--seconds", "20", "--seed", "3", "--out", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "events.jsonl",
+        "ground_truth.json",
+        "receipts.jsonl",
+        "telemetry.brokers.jsonl",
+        "telemetry.links.jsonl",
+    ]
+    truth = json.loads((tmp_path / "ground_truth.json").read_text())
+    assert len(truth["subscribers"]) == 100 and len(truth["brokers"]) == 20
