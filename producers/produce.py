@@ -75,7 +75,7 @@ def produce_events(conn: KafkaConnection, cfg: ProduceConfig, writer: KafkaWrite
         raise ValueError("count and rate must be >= 0 and bad_fraction in [0, 1]")
     if not 1 <= cfg.workers <= cfg.publishers:
         raise ValueError(f"workers must be between 1 and the number of publishers ({cfg.publishers})")
-    progress = _progress(cfg) if cfg.progress else None
+    progress = progress_bar(f"producing to {cfg.topic}", cfg.count) if cfg.progress else None
     start = time.monotonic()
     try:
         if cfg.workers == 1:
@@ -187,16 +187,11 @@ def _produce_parallel(conn: KafkaConnection, cfg: ProduceConfig, progress: Any) 
     return total
 
 
-def _progress(cfg: ProduceConfig) -> tuple[Any, Any]:
+def progress_bar(label: str, total: int) -> tuple[Any, Any]:
+    """A started rich progress bar (removed when stopped) and its task, for ``label``."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(
-        TextColumn(f"producing to {cfg.topic}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        transient=True,
-    )
-    task = bar.add_task("produce", total=cfg.count)
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+    task = bar.add_task(label, total=total)
     bar.start()
     return bar, task

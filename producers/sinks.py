@@ -12,6 +12,7 @@ import orjson
 
 from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
+from producers.produce import progress_bar
 from producers.workloads import Record, Workload
 from schemas.codec import codec_for
 from schemas.topics import TOPICS
@@ -117,15 +118,7 @@ def run_workload(
 ) -> RunReport:
     """Subscriptions first, then ``count`` events (fewer if the source runs out) at ``rate``
     events/s (0: as fast as possible)."""
-    bar = task = None
-    if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        bar = Progress(
-            TextColumn(f"{workload.name}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
-        )
-        task = bar.add_task("events", total=count)
-        bar.start()
+    bar, task = progress_bar(workload.name, count) if progress else (None, None)
     start = time.monotonic()
     try:
         sink.subscriptions(workload.subscriptions())
@@ -138,7 +131,7 @@ def run_workload(
             sink.events(records)
             done += len(records)
             if bar is not None:
-                bar.update(task, completed=done)  # type: ignore[arg-type]
+                bar.update(task, completed=done)
             if rate > 0:
                 ahead = done / rate - (time.monotonic() - start)
                 if ahead > 0:

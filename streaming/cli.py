@@ -90,17 +90,25 @@ def cmd_infra(args: argparse.Namespace) -> int:
 # ---- produce ---------------------------------------------------------------------------------
 
 
-def _params(pairs: list[str]) -> dict[str, Any]:
-    """``--param key=value`` pairs; values are read as JSON where they parse (numbers, true), else text."""
-    out: dict[str, Any] = {}
+def _pairs(pairs: list[str]) -> dict[str, str]:
+    """``--param key=value`` pairs as text (dashes in keys become underscores)."""
+    out: dict[str, str] = {}
     for pair in pairs:
         if "=" not in pair:
             raise ValueError(f"--param expects key=value, got {pair!r}")
         key, value = pair.split("=", 1)
+        out[key.replace("-", "_")] = value
+    return out
+
+
+def _params(pairs: list[str]) -> dict[str, Any]:
+    """``--param`` pairs with values read as JSON where they parse (numbers, true), else text."""
+    out: dict[str, Any] = {}
+    for key, value in _pairs(pairs).items():
         try:
-            out[key.replace("-", "_")] = json.loads(value)
+            out[key] = json.loads(value)
         except json.JSONDecodeError:
-            out[key.replace("-", "_")] = value
+            out[key] = value
     return out
 
 
@@ -182,10 +190,7 @@ def _produce_preset(args: argparse.Namespace) -> int:
 def cmd_topology(args: argparse.Namespace) -> int:
     from routing.topology import generate, to_micpice_nodes_links
 
-    params = {k.replace("-", "_"): v for k, v in (p.split("=", 1) for p in args.param)} if args.param else {}
-    if any("=" not in p for p in args.param):
-        raise ValueError("--param expects key=value")
-    topo = generate(args.kind, **params)
+    topo = generate(args.kind, **_pairs(args.param))  # generate converts text to each parameter's type
     if args.format == "json":
         doc: Any = topo.to_json()
     elif args.format == "micpice":

@@ -27,7 +27,6 @@ from schemas.rules import EXACTLY_ONE, Rule, exactly_one_text, rules_for
 from schemas.topics import TopicSpec
 
 _AVRO_OPTIONS = {"mode": "PERMISSIVE", "enableStableIdentifiersForUnionType": "true"}  # member_<type> names
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
 def _header() -> Column:
@@ -203,8 +202,8 @@ def decode(df: DataFrame, spec: TopicSpec) -> DataFrame:
 
 
 def good(decoded: DataFrame) -> DataFrame:
-    """The records that decoded and validated, flattened to their fields (tombstones included,
-    with null fields, on table topics)."""
+    """The rows whose record decoded and validated (tombstones of table topics included, with a
+    null ``record``)."""
     return decoded.where(F.col("error_code").isNull())
 
 

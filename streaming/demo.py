@@ -87,8 +87,8 @@ def run_demo(cfg: DemoConfig) -> int:
     created = [line for line in ensure_topics(conn) if line.startswith("created")]
     _say(f"{len(created)} topics created, the rest already existed")
 
+    from schemas.topics import INPUT_TOPICS
     from streaming.readers import end_offsets, read_topic, summarize_dead_letters
-    from streaming.validation_job import INPUT_TOPICS
 
     # this run's job starts where the topics end now, so the summary accounts for this run exactly
     run_id = time.strftime("%Y%m%d-%H%M%S")
