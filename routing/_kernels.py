@@ -1,0 +1,470 @@
+"""Compiled inner loops of ``routing.matching.MatchIndex`` (numba, no Python objects inside).
+
+The layout they work on (all arrays owned by ``MatchIndex``; "fid" is a distinct filter's slot):
+
+- ``rows[r, w]``: bitset rows over fids, 64 per word. Each attribute ``a`` owns some rows, one
+  per *bucket* of its values: ``fixed_rows[a, 0..4]`` for missing / no kind (None, NaN) / false /
+  true / "another string"; ``str_rows[a, c]`` for the interned literal string of code ``c``;
+  ``num_rows[a, j]`` for the numbers, split by the sorted cut points ``num_cuts[a, :k]`` into
+  ``2k + 1`` buckets (``2i + 1`` is the point ``cuts[i]``, ``2i`` the open interval below it).
+  A fid's bit is set in a row when some value of that bucket may satisfy the fid's predicates on
+  ``a`` (always, when the fid says nothing about ``a``).
+- ``meta[f]``: flags, predicate range, member range (the ``M_*`` columns). Flags: ``INEXACT``
+  when some set bit of ``f`` is not decisive (the candidate must be
+  verified against the predicates), ``SLOW`` when a predicate needs Python (string orderings,
+  ``startswith``/``endswith``/``contains``, integers beyond 2**53 that doubles cannot hold).
+- predicates ``p_code/p_ab[pstart : pstart + pcount]`` (see ``verify``); list literals in ``lit``.
+- subscriptions of a fid: ``members[mstart : mstart + mcount]`` (room for ``mcap``).
+
+Events arrive as three ``(n, n_attr)`` matrices: ``ev_kind`` (``K_*`` codes), ``ev_val`` (the
+number, 0/1 for booleans, the interned code for strings, -1 for a string no literal has) and
+``ev_delta`` (the sign of ``x - float(x)`` for integers a double cannot hold, else 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# value kinds of an event cell
+K_MISSING, K_NOVALUE, K_BOOL, K_NUMBER, K_STRING = 0, 1, 2, 3, 4
+# predicate kinds
+P_EXISTS, P_BOOL, P_NUMBER, P_STRING, P_SLOW_STRING, P_SLOW_NUMBER = 0, 2, 3, 4, 5, 6
+# operators
+O_EQ, O_NE, O_LT, O_LE, O_GT, O_GE, O_BETWEEN, O_IN, O_NOT_IN, O_NONE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+# fid flags
+INEXACT, SLOW = 1, 2
+# columns of the per-fid table ``meta``
+M_FLAGS, M_PSTART, M_PCOUNT, M_MSTART, M_MCOUNT, M_MCAP = 0, 1, 2, 3, 4, 5
+# bucket outcomes
+NONE, FULL, PARTIAL = 0, 1, 2
+
+BLOCK = 256  # words ANDed per pass: 20 attributes x 2 KiB stay in L1
+
+_DEBRUIJN = np.array(
+    [
+        0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4,
+        62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
+        63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
+        46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6,
+    ],
+    dtype=np.int64,
+)  # fmt: skip
+_MAGIC = np.uint64(0x03F79D71B4CB0A89)
+
+
+@njit(cache=True, inline="always")
+def _cmp(v: float, d: int, lit: float) -> int:
+    """Sign of ``x - lit`` for the event number ``x`` given as ``(float(x), sign(x - float(x)))``."""
+    if v < lit:
+        return -1
+    if v > lit:
+        return 1
+    return d
+
+
+@njit(cache=True)
+def bucket_rows(ev_kind, ev_val, ev_delta, e, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, out):  # type: ignore[no-untyped-def]
+    """The row of every attribute's bucket for event ``e`` (into ``out``)."""
+    strc = str_rows.shape[1]
+    for a in range(n_attr):
+        k = ev_kind[e, a]
+        if k == K_NUMBER:
+            v = ev_val[e, a]
+            nc = num_ncuts[a]
+            lo = 0
+            hi = nc
+            while lo < hi:  # first cut >= v
+                mid = (lo + hi) >> 1
+                if num_cuts[a, mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < nc and num_cuts[a, lo] == v:
+                d = ev_delta[e, a]
+                if d == 0:
+                    out[a] = num_rows[a, 2 * lo + 1]
+                elif d > 0:
+                    out[a] = num_rows[a, 2 * lo + 2]
+                else:
+                    out[a] = num_rows[a, 2 * lo]
+            else:
+                out[a] = num_rows[a, 2 * lo]
+        elif k == K_STRING:
+            c = np.int64(ev_val[e, a])
+            r = -1
+            if 0 <= c < strc:
+                r = str_rows[a, c]
+            out[a] = r if r >= 0 else fixed_rows[a, 4]
+        elif k == K_BOOL:
+            out[a] = fixed_rows[a, 3] if ev_val[e, a] != 0 else fixed_rows[a, 2]
+        elif k == K_NOVALUE:
+            out[a] = fixed_rows[a, 1]
+        else:
+            out[a] = fixed_rows[a, 0]
+
+
+@njit(cache=True, inline="always")
+def _in_list(x, lit, start, count):  # type: ignore[no-untyped-def]
+    for i in range(start, start + count):
+        if lit[i] == x:
+            return True
+    return False
+
+
+@njit(cache=True)
+def verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):  # type: ignore[no-untyped-def]
+    """Whether event ``e`` satisfies every compiled predicate of fid ``f`` (slow ones: kind only).
+
+    ``p_code[p] = attribute << 8 | kind << 4 | op``; ``p_ab[p] = (a, b)``: the literal (``a``),
+    the bounds of ``between`` (``a``, ``b``), or the list ``lit[a : a + b]``.
+    """
+    for p in range(meta[f, M_PSTART], meta[f, M_PSTART] + meta[f, M_PCOUNT]):
+        code = p_code[p]
+        a = code >> 8
+        pk = (code >> 4) & 15
+        op = code & 15
+        k = ev_kind[e, a]
+        if pk == P_EXISTS:
+            if k == K_MISSING:
+                return False
+        elif pk == P_NUMBER:
+            if k != K_NUMBER:
+                return False
+            v = ev_val[e, a]
+            d = ev_delta[e, a]
+            if op >= O_IN:
+                found = d == 0 and _in_list(v, lit, np.int64(p_ab[p, 0]), np.int64(p_ab[p, 1]))
+                if found != (op == O_IN):
+                    return False
+                continue
+            c = _cmp(v, d, p_ab[p, 0])
+            if op == O_EQ:
+                ok = c == 0
+            elif op == O_NE:
+                ok = c != 0
+            elif op == O_LT:
+                ok = c < 0
+            elif op == O_LE:
+                ok = c <= 0
+            elif op == O_GT:
+                ok = c > 0
+            elif op == O_GE:
+                ok = c >= 0
+            else:  # between
+                ok = c >= 0 and _cmp(v, d, p_ab[p, 1]) <= 0
+            if not ok:
+                return False
+        elif pk == P_STRING:
+            if k != K_STRING:
+                return False
+            v = ev_val[e, a]
+            if op >= O_IN:
+                found = _in_list(v, lit, np.int64(p_ab[p, 0]), np.int64(p_ab[p, 1]))
+            else:
+                found = v == p_ab[p, 0]
+            if found != (op == O_EQ or op == O_IN):
+                return False
+        elif pk == P_BOOL:
+            if k != K_BOOL or (ev_val[e, a] == p_ab[p, 0]) != (op == O_EQ):
+                return False
+        elif pk == P_SLOW_STRING:
+            if k != K_STRING:
+                return False
+        elif k != K_NUMBER:  # P_SLOW_NUMBER
+            return False
+    return True
+
+
+@njit(cache=True)
+def match_batch(
+    ev_kind,
+    ev_val,
+    ev_delta,
+    n_attr,
+    fixed_rows,
+    str_rows,
+    num_cuts,
+    num_ncuts,
+    num_rows,
+    rows,
+    n_words,
+    block_words,
+    meta,
+    members,
+    p_code,
+    p_ab,
+    lit,
+    out_events,
+    out_slots,
+    slow_pairs,
+):  # type: ignore[no-untyped-def]
+    """Match every event; ``(matches, slow pairs)`` found, or ``(-1, -1)`` when a buffer is too small.
+
+    The fids are taken ``block_words`` words (64 fids each) at a time, and within a block every
+    event: the block's slice of the rows, predicates and members stays in cache while the events
+    stream by. Matches come out as ``(event, subscription slot)`` pairs, block by block; a slow
+    pair ``(event, fid)`` still needs Python's check.
+    """
+    n = ev_kind.shape[0]
+    m_attr = max(n_attr, 1)
+    row_of = np.empty((n, m_attr), dtype=np.int64)
+    for e in range(n):
+        bucket_rows(
+            ev_kind, ev_val, ev_delta, e, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, row_of[e]
+        )
+    acc = np.empty(block_words, dtype=np.uint64)
+    k = 0
+    ns = 0
+    cap = out_slots.shape[0]
+    scap = slow_pairs.shape[0]
+    one = np.uint64(1)
+    if n_attr == 0:
+        return 0, 0
+    for w0 in range(0, n_words, block_words):
+        m = min(w0 + block_words, n_words) - w0
+        for e in range(n):
+            r0 = row_of[e, 0]
+            for j in range(m):
+                acc[j] = rows[r0, w0 + j]
+            for a in range(1, n_attr):
+                r = row_of[e, a]
+                for j in range(m):
+                    acc[j] &= rows[r, w0 + j]
+            for j in range(m):
+                x = acc[j]
+                while x != 0:
+                    low = x & (~x + one)
+                    f = (w0 + j) * 64 + _DEBRUIJN[np.int64((low * _MAGIC) >> np.uint64(58))]
+                    x ^= low
+                    flags = meta[f, M_FLAGS]
+                    if flags != 0:
+                        if flags & INEXACT:
+                            if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
+                                continue
+                        if flags & SLOW:
+                            if ns >= scap:
+                                return -1, -1
+                            slow_pairs[ns, 0] = e
+                            slow_pairs[ns, 1] = f
+                            ns += 1
+                            continue
+                    start = meta[f, M_MSTART]
+                    count = meta[f, M_MCOUNT]
+                    if k + count > cap:
+                        return -1, -1
+                    for i in range(count):
+                        out_events[k + i] = e
+                        out_slots[k + i] = members[start + i]
+                    k += count
+    return k, ns
+
+
+@njit(cache=True)
+def group_by_event(n, out_events, out_slots, k, offsets, slots):  # type: ignore[no-untyped-def]
+    """CSR by event of the first ``k`` pairs (a stable counting sort)."""
+    for i in range(n + 1):
+        offsets[i] = 0
+    for i in range(k):
+        offsets[out_events[i] + 1] += 1
+    for i in range(n):
+        offsets[i + 1] += offsets[i]
+    fill = offsets[:n].copy()
+    for i in range(k):
+        e = out_events[i]
+        slots[fill[e]] = out_slots[i]
+        fill[e] += 1
+
+
+@njit(cache=True)
+def _bucket_outcome(kind, lo, hi, p0, p1, p_code, p_ab, lit, strc):  # type: ignore[no-untyped-def]
+    """NONE/FULL/PARTIAL of the predicates ``p0..p1`` (one fid, one attribute) over a bucket.
+
+    ``kind``: 0 missing, 1 no kind, 2 false, 3 true, 4 other strings, 5 string code ``lo``,
+    6 number point ``lo``, 7 open number interval ``(lo, hi)``.
+    """
+    result = FULL
+    for p in range(p0, p1):
+        pk = (p_code[p] >> 4) & 15
+        op = p_code[p] & 15
+        o = NONE
+        if kind == 0:
+            o = NONE
+        elif pk == P_EXISTS:
+            o = FULL
+        elif kind == 1:
+            o = NONE
+        elif kind == 2 or kind == 3:
+            if pk == P_BOOL:
+                o = FULL if ((kind == 3) == (p_ab[p, 0] != 0)) == (op == O_EQ) else NONE
+        elif kind == 4:  # strings with no point row of their own
+            if pk == P_SLOW_STRING:
+                o = PARTIAL
+            elif pk == P_STRING:
+                beyond = False  # a literal without a point row falls in this bucket
+                if op == O_IN or op == O_NOT_IN:
+                    for i in range(np.int64(p_ab[p, 0]), np.int64(p_ab[p, 0]) + np.int64(p_ab[p, 1])):
+                        if lit[i] >= strc:
+                            beyond = True
+                else:
+                    beyond = p_ab[p, 0] >= strc
+                if op == O_EQ or op == O_IN:
+                    o = PARTIAL if beyond else NONE
+                else:
+                    o = PARTIAL if beyond else FULL
+        elif kind == 5:
+            if pk == P_SLOW_STRING:
+                o = PARTIAL
+            elif pk == P_STRING:
+                found = False
+                if op == O_IN or op == O_NOT_IN:
+                    for i in range(np.int64(p_ab[p, 0]), np.int64(p_ab[p, 0]) + np.int64(p_ab[p, 1])):
+                        if lit[i] == lo:
+                            found = True
+                else:
+                    found = p_ab[p, 0] == lo
+                o = FULL if found == (op == O_EQ or op == O_IN) else NONE
+        elif pk == P_SLOW_NUMBER:
+            o = PARTIAL
+        elif pk == P_NUMBER:
+            if kind == 6:  # the point lo
+                if op == O_IN or op == O_NOT_IN:
+                    found = False
+                    for i in range(np.int64(p_ab[p, 0]), np.int64(p_ab[p, 0]) + np.int64(p_ab[p, 1])):
+                        if lit[i] == lo:
+                            found = True
+                    ok = found == (op == O_IN)
+                else:
+                    c = _cmp(lo, 0, p_ab[p, 0])
+                    if op == O_EQ:
+                        ok = c == 0
+                    elif op == O_NE:
+                        ok = c != 0
+                    elif op == O_LT:
+                        ok = c < 0
+                    elif op == O_LE:
+                        ok = c <= 0
+                    elif op == O_GT:
+                        ok = c > 0
+                    elif op == O_GE:
+                        ok = c >= 0
+                    else:
+                        ok = c >= 0 and _cmp(lo, 0, p_ab[p, 1]) <= 0
+                o = FULL if ok else NONE
+            else:  # the open interval (lo, hi)
+                a = p_ab[p, 0]
+                if op == O_EQ or op == O_NE:
+                    inside = lo < a < hi
+                    if op == O_EQ:
+                        o = PARTIAL if inside else NONE
+                    else:
+                        o = PARTIAL if inside else FULL
+                elif op == O_IN or op == O_NOT_IN:
+                    inside = False
+                    for i in range(np.int64(a), np.int64(a) + np.int64(p_ab[p, 1])):
+                        if lo < lit[i] < hi:
+                            inside = True
+                    if op == O_IN:
+                        o = PARTIAL if inside else NONE
+                    else:
+                        o = PARTIAL if inside else FULL
+                elif op == O_LT or op == O_LE:  # x < a: full when hi <= a, none when lo >= a
+                    o = FULL if hi <= a else (NONE if lo >= a else PARTIAL)
+                elif op == O_GT or op == O_GE:
+                    o = FULL if lo >= a else (NONE if hi <= a else PARTIAL)
+                else:  # between [a, b]
+                    b = p_ab[p, 1]
+                    if hi <= a or lo >= b:
+                        o = NONE
+                    elif lo >= a and hi <= b:
+                        o = FULL
+                    else:
+                        o = PARTIAL
+        if o == NONE:
+            return NONE
+        if o == PARTIAL:
+            result = PARTIAL
+    return result
+
+
+@njit(cache=True)
+def set_fid_bits(
+    fids,
+    n_attr,
+    fixed_rows,
+    str_rows,
+    str_count,
+    num_cuts,
+    num_ncuts,
+    num_rows,
+    rows,
+    meta,
+    p_code,
+    p_ab,
+    lit,
+):  # type: ignore[no-untyped-def]
+    """Set each new fid's bit in every row where it may match; mark it INEXACT where not decisive.
+
+    The predicates of a fid are grouped by attribute (attributes non-decreasing within a fid).
+    """
+    strc = str_rows.shape[1]
+    for i in range(fids.shape[0]):
+        f = fids[i]
+        word = f >> 6
+        bit = np.uint64(1) << np.uint64(f & 63)
+        p = meta[f, M_PSTART]
+        pend = p + meta[f, M_PCOUNT]
+        inexact = False
+        for a in range(n_attr):
+            p0 = p
+            while p < pend and (p_code[p] >> 8) == a:
+                p += 1
+            p1 = p
+            nst = min(str_count[a], strc)
+            nc = num_ncuts[a]
+            if p0 == p1:  # don't care: every row of a
+                for j in range(5):
+                    rows[fixed_rows[a, j], word] |= bit
+                for c in range(nst):
+                    rows[str_rows[a, c], word] |= bit
+                for j in range(2 * nc + 1):
+                    rows[num_rows[a, j], word] |= bit
+                continue
+            for j in range(5):
+                kind = j if j < 4 else 4
+                o = _bucket_outcome(kind, 0.0, 0.0, p0, p1, p_code, p_ab, lit, strc)
+                if o != NONE:
+                    rows[fixed_rows[a, j], word] |= bit
+                    if o == PARTIAL:
+                        inexact = True
+            for c in range(nst):
+                o = _bucket_outcome(5, float(c), 0.0, p0, p1, p_code, p_ab, lit, strc)
+                if o != NONE:
+                    rows[str_rows[a, c], word] |= bit
+                    if o == PARTIAL:
+                        inexact = True
+            for j in range(2 * nc + 1):
+                if j & 1:
+                    c = num_cuts[a, j >> 1]
+                    o = _bucket_outcome(6, c, c, p0, p1, p_code, p_ab, lit, strc)
+                else:
+                    lo = num_cuts[a, (j >> 1) - 1] if j > 0 else -np.inf
+                    hi = num_cuts[a, j >> 1] if (j >> 1) < nc else np.inf
+                    o = _bucket_outcome(7, lo, hi, p0, p1, p_code, p_ab, lit, strc)
+                if o != NONE:
+                    rows[num_rows[a, j], word] |= bit
+                    if o == PARTIAL:
+                        inexact = True
+        if inexact:
+            meta[f, M_FLAGS] |= INEXACT
+
+
+@njit(cache=True)
+def clear_fid_bits(fids, rows, n_rows):  # type: ignore[no-untyped-def]
+    """Clear each fid's bit in the first ``n_rows`` rows."""
+    for i in range(fids.shape[0]):
+        f = fids[i]
+        word = f >> 6
+        mask = ~(np.uint64(1) << np.uint64(f & 63))
+        for r in range(n_rows):
+            rows[r, word] &= mask
