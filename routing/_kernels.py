@@ -195,35 +195,46 @@ def match_batch(
     p_code,
     p_ab,
     lit,
+    out_offsets,
     out_events,
     out_slots,
     slow_pairs,
+    resume,
 ):  # type: ignore[no-untyped-def]
-    """Match every event; ``(matches, slow pairs)`` found, or ``(-1, -1)`` when a buffer is too small.
+    """Match every event, from the position ``resume = [block, event, matches, slow pairs]``.
 
     The fids are taken ``block_words`` words (64 fids each) at a time, and within a block every
     event: the block's slice of the rows, predicates and members stays in cache while the events
-    stream by. Matches come out as ``(event, subscription slot)`` pairs, block by block; a slow
-    pair ``(event, fid)`` still needs Python's check.
+    stream by. Matches come out as ``(event, subscription slot)`` pairs, block by block (with one
+    block they are already grouped by event, and ``out_offsets`` is filled); a slow pair
+    ``(event, fid)`` still needs Python's check. Returns True when done; False when a buffer
+    filled up, with ``resume`` set to the start of the event that did not fit.
     """
     n = ev_kind.shape[0]
-    m_attr = max(n_attr, 1)
-    row_of = np.empty((n, m_attr), dtype=np.int64)
+    if n_attr == 0 or n_words == 0:
+        out_offsets[:] = 0
+        resume[2] = 0
+        resume[3] = 0
+        return True
+    row_of = np.empty((n, n_attr), dtype=np.int64)
     for e in range(n):
         bucket_rows(
             ev_kind, ev_val, ev_delta, e, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, row_of[e]
         )
     acc = np.empty(block_words, dtype=np.uint64)
-    k = 0
-    ns = 0
     cap = out_slots.shape[0]
     scap = slow_pairs.shape[0]
     one = np.uint64(1)
-    if n_attr == 0:
-        return 0, 0
-    for w0 in range(0, n_words, block_words):
+    single = n_words <= block_words
+    k = resume[2]
+    ns = resume[3]
+    for b in range(resume[0], (n_words + block_words - 1) // block_words):
+        w0 = b * block_words
         m = min(w0 + block_words, n_words) - w0
-        for e in range(n):
+        e_start = resume[1] if b == resume[0] else 0
+        for e in range(e_start, n):
+            k_event = k
+            ns_event = ns
             r0 = row_of[e, 0]
             for j in range(m):
                 acc[j] = rows[r0, w0 + j]
@@ -231,6 +242,7 @@ def match_batch(
                 r = row_of[e, a]
                 for j in range(m):
                     acc[j] &= rows[r, w0 + j]
+            full = False
             for j in range(m):
                 x = acc[j]
                 while x != 0:
@@ -244,7 +256,8 @@ def match_batch(
                                 continue
                         if flags & SLOW:
                             if ns >= scap:
-                                return -1, -1
+                                full = True
+                                break
                             slow_pairs[ns, 0] = e
                             slow_pairs[ns, 1] = f
                             ns += 1
@@ -252,12 +265,27 @@ def match_batch(
                     start = meta[f, M_MSTART]
                     count = meta[f, M_MCOUNT]
                     if k + count > cap:
-                        return -1, -1
+                        full = True
+                        break
+                    if not single:
+                        for i in range(count):
+                            out_events[k + i] = e
                     for i in range(count):
-                        out_events[k + i] = e
                         out_slots[k + i] = members[start + i]
                     k += count
-    return k, ns
+                if full:
+                    break
+            if full:
+                resume[0] = b
+                resume[1] = e
+                resume[2] = k_event
+                resume[3] = ns_event
+                return False
+            if single:
+                out_offsets[e + 1] = k
+    resume[2] = k
+    resume[3] = ns
+    return True
 
 
 @njit(cache=True)

@@ -80,6 +80,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
+import re
 import string
 import sys
 from collections import deque
@@ -179,10 +180,11 @@ def kind_of(value: object) -> Kind | None:
 
 _NAME_START: Final = frozenset(string.ascii_letters + "_")
 _NAME_REST: Final = _NAME_START | frozenset(string.digits + ".")
+_NAME_PATTERN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
 def _is_attribute_name(name: str) -> bool:
-    return bool(name) and name[0] in _NAME_START and all(c in _NAME_REST for c in name)
+    return _NAME_PATTERN.fullmatch(name) is not None
 
 
 def _literal_text(value: Value) -> str:
@@ -233,31 +235,40 @@ def _compile(op: Op, kind: Kind | None, values: tuple[Value, ...]) -> Callable[[
     if kind is Kind.STRING:
         s = cast(str, values[0])
         s_hi = cast(str, values[-1])
-        string_tests: dict[Op, Callable[[object], bool]] = {
-            Op.EQ: lambda x: isinstance(x, str) and x == s,
-            Op.NE: lambda x: isinstance(x, str) and x != s,
-            Op.LT: lambda x: isinstance(x, str) and x < s,
-            Op.LE: lambda x: isinstance(x, str) and x <= s,
-            Op.GT: lambda x: isinstance(x, str) and x > s,
-            Op.GE: lambda x: isinstance(x, str) and x >= s,
-            Op.BETWEEN: lambda x: isinstance(x, str) and s <= x <= s_hi,
-            Op.STARTSWITH: lambda x: isinstance(x, str) and x.startswith(s),
-            Op.ENDSWITH: lambda x: isinstance(x, str) and x.endswith(s),
-            Op.CONTAINS: lambda x: isinstance(x, str) and s in x,
-        }
-        return string_tests[op]
+        if op is Op.EQ:
+            return lambda x: isinstance(x, str) and x == s
+        if op is Op.NE:
+            return lambda x: isinstance(x, str) and x != s
+        if op is Op.LT:
+            return lambda x: isinstance(x, str) and x < s
+        if op is Op.LE:
+            return lambda x: isinstance(x, str) and x <= s
+        if op is Op.GT:
+            return lambda x: isinstance(x, str) and x > s
+        if op is Op.GE:
+            return lambda x: isinstance(x, str) and x >= s
+        if op is Op.BETWEEN:
+            return lambda x: isinstance(x, str) and s <= x <= s_hi
+        if op is Op.STARTSWITH:
+            return lambda x: isinstance(x, str) and x.startswith(s)
+        if op is Op.ENDSWITH:
+            return lambda x: isinstance(x, str) and x.endswith(s)
+        return lambda x: isinstance(x, str) and s in x  # contains
     v = cast(float, values[0])
     v_hi = cast(float, values[-1])
-    number_tests: dict[Op, Callable[[object], bool]] = {
-        Op.EQ: lambda x: _is_number(x) and x == v,
-        Op.NE: lambda x: _is_number(x) and x == x and x != v,  # x == x: not NaN
-        Op.LT: lambda x: _is_number(x) and x < v,
-        Op.LE: lambda x: _is_number(x) and x <= v,
-        Op.GT: lambda x: _is_number(x) and x > v,
-        Op.GE: lambda x: _is_number(x) and x >= v,
-        Op.BETWEEN: lambda x: _is_number(x) and v <= x <= v_hi,
-    }
-    return number_tests[op]
+    if op is Op.EQ:
+        return lambda x: _is_number(x) and x == v
+    if op is Op.NE:
+        return lambda x: _is_number(x) and x == x and x != v  # x == x: not NaN
+    if op is Op.LT:
+        return lambda x: _is_number(x) and x < v
+    if op is Op.LE:
+        return lambda x: _is_number(x) and x <= v
+    if op is Op.GT:
+        return lambda x: _is_number(x) and x > v
+    if op is Op.GE:
+        return lambda x: _is_number(x) and x >= v
+    return lambda x: _is_number(x) and v <= x <= v_hi  # between
 
 
 def _equality_key(value: Value) -> tuple[Kind | None, Value]:

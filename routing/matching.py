@@ -234,12 +234,13 @@ def apply_changes(index: MatchIndex | BruteForceIndex, changes: Iterable[tuple[s
             index.add(sid, filt)
 
 
+# keyed by the operators' names: an Enum member hashes in Python code, a str in C
 _OPS: Final = {
-    Op.EQ: K.O_EQ, Op.NE: K.O_NE, Op.LT: K.O_LT, Op.LE: K.O_LE, Op.GT: K.O_GT, Op.GE: K.O_GE,
-    Op.BETWEEN: K.O_BETWEEN, Op.IN: K.O_IN, Op.NOT_IN: K.O_NOT_IN,
+    Op.EQ.name: K.O_EQ, Op.NE.name: K.O_NE, Op.LT.name: K.O_LT, Op.LE.name: K.O_LE, Op.GT.name: K.O_GT,
+    Op.GE.name: K.O_GE, Op.BETWEEN.name: K.O_BETWEEN, Op.IN.name: K.O_IN, Op.NOT_IN.name: K.O_NOT_IN,
 }  # fmt: skip
-_EXACT_STRING_OPS: Final = frozenset({Op.EQ, Op.NE, Op.IN, Op.NOT_IN})
 _DOUBLE_INTS: Final = 2**53  # integers up to this magnitude are exact doubles
+_NUMBER: Final = Kind.NUMBER
 
 # a compiled predicate: (attribute index, P_* kind, O_* operator, a, b, list literals)
 _Record: TypeAlias = tuple[int, int, int, float, float, tuple[float, ...]]
@@ -330,6 +331,7 @@ class MatchIndex:
         self._attr_of: dict[str, int] = {}
         self._attr_names: list[str] = []
         self._str_codes: list[dict[str, int]] = []
+        self._cut_sets: list[set[float]] = []
         self._fixed_rows = np.zeros((4, 5), dtype=np.int64)
         self._str_rows = np.full((4, max_strings), -1, dtype=np.int64)
         self._str_count = np.zeros(4, dtype=np.int64)
@@ -368,7 +370,7 @@ class MatchIndex:
                 self._sub_pos = _grow(self._sub_pos, s + 1)
         self._slot_of[subscription_id] = s
         meta = self._meta
-        start, count, cap = int(meta[fid, K.M_MSTART]), int(meta[fid, K.M_MCOUNT]), int(meta[fid, K.M_MCAP])
+        start, count, cap = meta[fid, K.M_MSTART :].tolist()
         if count == cap:  # move the members to the end with twice the room
             new_start = self._reserve(2 * cap)
             start = int(meta[fid, K.M_MSTART])  # the reserve may have compacted the pool
@@ -436,6 +438,7 @@ class MatchIndex:
         self._attr_of[name] = a
         self._attr_names.append(name)
         self._str_codes.append({})
+        self._cut_sets.append(set())
         self._fixed_rows = _grow(self._fixed_rows, a + 1)
         self._str_rows = _grow(self._str_rows, a + 1, -1)
         self._str_count = _grow(self._str_count, a + 1)
@@ -467,6 +470,7 @@ class MatchIndex:
             return
         self._num_cuts[a, pos + 1 : nc + 1] = cuts[pos:nc].copy()
         self._num_cuts[a, pos] = x
+        self._cut_sets[a].add(x)
         split = int(self._num_rows[a, 2 * pos])  # the interval that x splits: three buckets now
         old = self._num_rows[a, 2 * pos + 1 : 2 * nc + 1].copy()
         self._num_rows[a, 2 * pos + 3 : 2 * nc + 3] = old
@@ -490,34 +494,48 @@ class MatchIndex:
         records: list[_Record] = []
         slow = False
         max_cuts = self._max_cuts
+        cut_sets = self._cut_sets
         for p in f.predicates:
             a = self._attr_of.get(p.attribute)
             if a is None:
                 a = self._attr(p.attribute)
-            op, values, kind = p.op, p.values, p.kind
+            op, values, kind = p.op, p.values, p._kind
+            name = op._name_
             if op is Op.EXISTS:
                 records.append((a, K.P_EXISTS, K.O_NONE, 0.0, 0.0, ()))
-            elif kind is Kind.NUMBER:
+            elif kind is _NUMBER:
+                if len(values) == 1 and op is not Op.IN and op is not Op.NOT_IN:
+                    x = values[0]
+                    if type(x) is int and not -_DOUBLE_INTS <= x <= _DOUBLE_INTS and float(x) != x:
+                        records.append((a, K.P_SLOW_NUMBER, K.O_NONE, 0.0, 0.0, ()))
+                        slow = True
+                        continue
+                    v = float(x)
+                    if v not in cut_sets[a] and len(cut_sets[a]) < max_cuts:
+                        self._cut(a, v)
+                    records.append((a, K.P_NUMBER, _OPS[name], v, v, ()))
+                    continue
                 if not all(map(_exact_double, values)):
                     records.append((a, K.P_SLOW_NUMBER, K.O_NONE, 0.0, 0.0, ()))
                     slow = True
                     continue
-                nums = [float(cast(float, v)) for v in values]
-                if self._num_ncuts[a] < max_cuts:
-                    for x in nums:
+                nums = [float(v) for v in values]
+                cuts = cut_sets[a]
+                for x in nums:
+                    if x not in cuts and len(cuts) < max_cuts:
                         self._cut(a, x)
                 if op is Op.IN or op is Op.NOT_IN:
-                    records.append((a, K.P_NUMBER, _OPS[op], 0.0, 0.0, tuple(sorted(set(nums)))))
+                    records.append((a, K.P_NUMBER, _OPS[name], 0.0, 0.0, tuple(sorted(set(nums)))))
                 else:
-                    records.append((a, K.P_NUMBER, _OPS[op], nums[0], nums[-1], ()))
+                    records.append((a, K.P_NUMBER, _OPS[name], nums[0], nums[-1], ()))
             elif kind is Kind.BOOLEAN:
-                records.append((a, K.P_BOOL, _OPS[op], 1.0 if values[0] else 0.0, 0.0, ()))
-            elif op in _EXACT_STRING_OPS:
+                records.append((a, K.P_BOOL, _OPS[name], 1.0 if values[0] else 0.0, 0.0, ()))
+            elif op is Op.EQ or op is Op.NE or op is Op.IN or op is Op.NOT_IN:
                 codes = [float(self._code(a, cast(str, v))) for v in values]
                 if op is Op.IN or op is Op.NOT_IN:
-                    records.append((a, K.P_STRING, _OPS[op], 0.0, 0.0, tuple(sorted(set(codes)))))
+                    records.append((a, K.P_STRING, _OPS[name], 0.0, 0.0, tuple(sorted(set(codes)))))
                 else:
-                    records.append((a, K.P_STRING, _OPS[op], codes[0], 0.0, ()))
+                    records.append((a, K.P_STRING, _OPS[name], codes[0], 0.0, ()))
             else:
                 records.append((a, K.P_SLOW_STRING, K.O_NONE, 0.0, 0.0, ()))
                 slow = True
@@ -585,14 +603,13 @@ class MatchIndex:
         return start
 
     def _records_of(self, fid: int) -> list[_Record]:
-        out: list[_Record] = []
         start = int(self._meta[fid, K.M_PSTART])
-        for i in range(start, start + int(self._meta[fid, K.M_PCOUNT])):
-            code = int(self._p_code[i])
+        end = start + int(self._meta[fid, K.M_PCOUNT])
+        out: list[_Record] = []
+        for code, (x, y) in zip(self._p_code[start:end].tolist(), self._p_ab[start:end].tolist(), strict=True):
             op = code & 15
-            x, y = (float(v) for v in self._p_ab[i])
             lits: tuple[float, ...] = ()
-            if op in (K.O_IN, K.O_NOT_IN):
+            if op == K.O_IN or op == K.O_NOT_IN:
                 lits = tuple(self._lit[int(x) : int(x) + int(y)].tolist())
                 x = y = 0.0
             out.append((code >> 8, (code >> 4) & 15, op, x, y, lits))
@@ -681,42 +698,46 @@ class MatchIndex:
         n = len(batch)
         n_words = (self._n_fids + 63) // 64
         # fid blocks whose rows (one slice per bucket) fit in L2 stay there while events stream by
-        block = max(8, min(n_words, (1 << 20) // max(1, 8 * self._n_rows)))
+        block = max(8, min(n_words, (1 << 21) // max(1, 8 * self._n_rows)))
         size = max(1024, int(self._expected * n) + 1024)
-        while True:
-            ev = np.empty(size, dtype=np.int32)
-            sl = np.empty(size, dtype=np.int32)
-            slow = np.empty((max(64, size // 16), 2), dtype=np.int64)
-            used, n_slow = K.match_batch(
-                kinds,
-                vals,
-                deltas,
-                len(self._attr_names),
-                self._fixed_rows,
-                self._str_rows,
-                self._num_cuts,
-                self._num_ncuts,
-                self._num_rows,
-                self._rows,
-                n_words,
-                block,
-                self._meta,
-                self._members,
-                self._p_code,
-                self._p_ab,
-                self._lit,
-                ev,
-                sl,
-                slow,
-            )
-            if used >= 0:
-                break
-            size *= 4
-        if n:
-            self._expected = 0.9 * self._expected + 0.1 * (1.25 * used / n)
         offsets = np.zeros(n + 1, dtype=np.int64)
-        slots = np.empty(used, dtype=np.int32)
-        K.group_by_event(n, ev, sl, used, offsets, slots)
+        ev = np.empty(size, dtype=np.int32)
+        sl = np.empty(size, dtype=np.int32)
+        slow = np.empty((max(64, size // 16), 2), dtype=np.int64)
+        resume = np.zeros(4, dtype=np.int64)
+        while not K.match_batch(
+            kinds,
+            vals,
+            deltas,
+            len(self._attr_names),
+            self._fixed_rows,
+            self._str_rows,
+            self._num_cuts,
+            self._num_ncuts,
+            self._num_rows,
+            self._rows,
+            n_words,
+            block,
+            self._meta,
+            self._members,
+            self._p_code,
+            self._p_ab,
+            self._lit,
+            offsets,
+            ev,
+            sl,
+            slow,
+            resume,
+        ):
+            ev, sl, slow = _grow(ev, 2 * len(ev)), _grow(sl, 2 * len(sl)), _grow(slow, 2 * len(slow))
+        used, n_slow = int(resume[2]), int(resume[3])
+        if n:
+            self._expected = max(0.8 * self._expected, 1.1 * used / n)
+        if n_words <= block:
+            slots = sl[:used]
+        else:
+            slots = np.empty(used, dtype=np.int32)
+            K.group_by_event(n, ev, sl, used, offsets, slots)
         if n_slow:
             offsets, slots = self._check_slow(batch, offsets, slots, slow[:n_slow])
         return Matches(offsets, slots, self._names)

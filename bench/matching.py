@@ -1,0 +1,200 @@
+"""Benchmark of the matching index (issue 4): W1, Gryphon, churn and memory, beside the oracle.
+
+Workloads (printed with the numbers):
+
+- **W1**, the public REIN benchmark shape: 20 attributes, integer domain [0, 10^6], each
+  subscription 10 ``between`` predicates of width 0.5 x domain on distinct random attributes,
+  every event carries all 20 attributes (~0.1% of subscriptions match an event).
+- **Gryphon** (preset ``gryphon``, Opyrchal et al. §3.1): 15 attributes x 4 Zipf values,
+  equality and don't-care, decay 0.78 (~2% match rate) and 0.88 (~0.2%).
+- **Churn**: on the Gryphon index, alternating unsubscribe of a random subscription and subscribe
+  of a fresh one, with a match of 64 events every 1,000 operations (so the batched bit work is
+  paid inside the timing); afterwards results are checked against the oracle.
+
+The index runs on one core (numba kernels, no threads). Times are wall clock on this machine;
+each line says what was timed. The oracle (``BruteForceIndex``: ``Filter.matches`` on every
+subscription) is timed on a sample of the same events, and its answers are compared with the
+index's for that sample.
+
+Usage: ``python bench/matching.py [--w1 10000,100000,1000000] [--gryphon 100000] [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from producers.workloads import GryphonWorkload  # noqa: E402
+from routing.filters import Filter, Op, Predicate, parse_filter  # noqa: E402
+from routing.matching import BruteForceIndex, EventBatch, MatchIndex  # noqa: E402
+
+DOMAIN = 10**6
+
+
+def w1_filters(n: int, seed: int) -> list[Filter]:
+    rng = np.random.default_rng(seed)
+    names = [f"a{i}" for i in range(20)]
+    attrs = np.argsort(rng.random((n, 20)), axis=1)[:, :10].tolist()
+    lows = rng.integers(0, DOMAIN // 2 + 1, (n, 10)).tolist()
+    half = DOMAIN // 2
+    return [
+        Filter(tuple(Predicate(names[a], Op.BETWEEN, (lo, lo + half)) for a, lo in zip(attrs[i], lows[i], strict=True)))
+        for i in range(n)
+    ]
+
+
+def w1_events(n: int, seed: int) -> EventBatch:
+    ev = np.random.default_rng(seed).integers(0, DOMAIN + 1, (n, 20))
+    return EventBatch.from_columns(n, {f"a{j}": (ev[:, j], None) for j in range(20)})
+
+
+def oracle_check(filters: dict[str, Filter], index: MatchIndex, batch: EventBatch, sample: int) -> tuple[float, bool]:
+    """Seconds per event of the oracle on the first ``sample`` events, and whether answers agree."""
+    oracle = BruteForceIndex()
+    for sid, f in filters.items():
+        oracle.add(sid, f)
+    events = [batch.event(i) for i in range(sample)]
+    t = time.perf_counter()
+    expected = oracle.match(events).all_ids()
+    per_event = (time.perf_counter() - t) / sample
+    return per_event, expected == index.match(events).all_ids()
+
+
+def bench_w1(n: int, events: int, sample: int) -> None:
+    t = time.perf_counter()
+    filters = w1_filters(n, seed=1)
+    t_build = time.perf_counter() - t
+    index = MatchIndex()
+    t = time.perf_counter()
+    for i, f in enumerate(filters):
+        index.add(f"s{i}", f)
+    index.match(w1_events(1, seed=3))  # applies the batched bit work
+    t_add = time.perf_counter() - t
+    batch = w1_events(events, seed=2)
+    index.match(w1_events(64, seed=4))  # warm
+    t = time.perf_counter()
+    result = index.match(batch)
+    per_event = (time.perf_counter() - t) / events
+    stats = index.stats()
+    oracle_s, same = oracle_check({f"s{i}": f for i, f in enumerate(filters)}, index, batch, sample)
+    print(
+        f"W1 N={n:>9,}: {per_event * 1e3:8.3f} ms/event over {events:,} events "
+        f"({result.counts().mean():.1f} matches/event, {result.counts().mean() / n:.3%}); "
+        f"oracle {oracle_s * 1e3:9.1f} ms/event on {sample} events, {oracle_s / per_event:7.0f}x; "
+        f"exact on the sample: {same}"
+    )
+    print(
+        f"    memory {stats['bytes_per_subscription']:.0f} B/subscription ({stats['bytes'] / 2**20:.0f} MiB, "
+        f"{stats['rows']} bitset rows); built {n:,} Filter objects in {t_build:.1f} s, "
+        f"added them in {t_add:.1f} s ({n / t_add:,.0f}/s)"
+    )
+
+
+def gryphon(n: int, decay: float) -> tuple[GryphonWorkload, dict[str, Filter]]:
+    w = GryphonWorkload(brokers=max(1, n // 125), decay=decay, seed=7)
+    subs = {r["subscription_id"]: parse_filter(r["filter"]) for r in w.subscriptions()[:n]}
+    return w, subs
+
+
+def gryphon_batch(w: GryphonWorkload, n: int) -> EventBatch:
+    vals, _ = w._event_matrix(n)
+    return EventBatch.from_columns(n, {f"a{j}": (vals[:, j], None) for j in range(vals.shape[1])})
+
+
+def bench_gryphon(n: int, decay: float, events: int, batch_size: int, sample: int) -> tuple[MatchIndex, GryphonWorkload, dict[str, Filter]]:
+    w, subs = gryphon(n, decay)
+    index = MatchIndex()
+    t = time.perf_counter()
+    for sid, f in subs.items():
+        index.add(sid, f)
+    index.match(gryphon_batch(w, 1))
+    t_add = time.perf_counter() - t
+    batches = [gryphon_batch(w, batch_size) for _ in range(max(1, events // batch_size))]
+    index.match(batches[0])  # warm
+    matched = 0
+    t = time.perf_counter()
+    for b in batches:
+        matched += int(index.match(b).offsets[-1])
+    elapsed = time.perf_counter() - t
+    total = batch_size * len(batches)
+    oracle_s, same = oracle_check(subs, index, batches[0], sample)
+    stats = index.stats()
+    print(
+        f"Gryphon N={n:,} decay={decay}: {total / elapsed:,.0f} events/s over {total:,} events in batches of "
+        f"{batch_size:,} ({matched / total:,.0f} matches/event, {matched / total / n:.2%}; output "
+        f"{matched / elapsed / 1e6:.0f} M subscription ids/s); oracle {1 / oracle_s:,.0f} events/s, "
+        f"{(total / elapsed) * oracle_s:,.0f}x; exact on {sample} events: {same}"
+    )
+    print(
+        f"    {stats['distinct_filters']:,} distinct filters; memory {stats['bytes_per_subscription']:.0f} "
+        f"B/subscription; added {n:,} in {t_add:.1f} s"
+    )
+    return index, w, subs
+
+
+def bench_churn(index: MatchIndex, w: GryphonWorkload, subs: dict[str, Filter], ops: int, sample: int) -> None:
+    rng = np.random.default_rng(11)
+    pool_w = GryphonWorkload(brokers=max(1, ops // 250), decay=float(w.params["decay"]), seed=99)
+    pool = [parse_filter(r["filter"]) for r in pool_w.subscriptions()]
+    live = list(subs)
+    probe = gryphon_batch(w, 64)
+    t = time.perf_counter()
+    t_match = 0.0
+    for i in range(ops):
+        if i % 2 == 0:
+            j = int(rng.integers(len(live)))
+            sid = live[j]
+            live[j] = live[-1]
+            live.pop()
+            index.remove(sid)
+            del subs[sid]
+        else:
+            sid = f"c{i}"
+            f = pool[i % len(pool)]
+            index.add(sid, f)
+            subs[sid] = f
+            live.append(sid)
+        if i % 1000 == 999:
+            t0 = time.perf_counter()
+            index.match(probe)
+            t_match += time.perf_counter() - t0
+    index.match(probe)  # flush the last changes inside the timing
+    elapsed = time.perf_counter() - t
+    _, same = oracle_check(subs, index, gryphon_batch(w, sample), sample)
+    print(
+        f"Churn: {ops / elapsed:,.0f} subscribe/unsubscribe operations/s over {ops:,} operations "
+        f"(half each, {len(subs):,} live; includes the batched bit work; the 64-event matches every "
+        f"1,000 operations took {t_match:.2f} s of {elapsed:.2f} s); exact afterwards on {sample} events: {same}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--w1", default="10000,100000,1000000", help="W1 subscription counts (comma list)")
+    ap.add_argument("--gryphon", type=int, default=100_000, help="Gryphon subscriptions")
+    ap.add_argument("--churn", type=int, default=200_000, help="churn operations")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.w1.split(",") if x]
+    if args.quick:
+        sizes, args.gryphon, args.churn = [10_000], 10_000, 20_000
+    print("matching benchmark: one core, numba kernels; times are wall clock", flush=True)
+    index, w, subs = bench_gryphon(args.gryphon, 0.78, 200_000, 4096, 20)
+    bench_churn(index, w, subs, args.churn, 20)
+    del index, subs
+    bench_gryphon(args.gryphon, 0.88, 200_000, 4096, 20)
+    for n in sizes:
+        gc.collect()
+        bench_w1(n, events=max(200, min(5000, 2 * 10**7 // n)), sample=max(2, min(20, 10**6 // n * 2)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
