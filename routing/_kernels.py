@@ -235,21 +235,21 @@ def match_batch(
         for e in range(e_start, n):
             k_event = k
             ns_event = ns
-            r0 = row_of[e, 0]
-            for j in range(m):
-                acc[j] = rows[r0, w0 + j]
+            acc_m = acc[:m]  # 1-D views let LLVM vectorize the AND (2-D indexing runs 4x slower)
+            acc_m[:] = rows[row_of[e, 0], w0 : w0 + m]
             for a in range(1, n_attr):
-                r = row_of[e, a]
+                src = rows[row_of[e, a], w0 : w0 + m]
                 for j in range(m):
-                    acc[j] &= rows[r, w0 + j]
+                    acc_m[j] &= src[j]
             full = False
             for j in range(m):
-                x = acc[j]
+                x = acc_m[j]
                 while x != 0:
                     low = x & (~x + one)
                     f = (w0 + j) * 64 + _DEBRUIJN[np.int64((low * _MAGIC) >> np.uint64(58))]
                     x ^= low
-                    flags = meta[f, M_FLAGS]
+                    mf = meta[f]
+                    flags = mf[M_FLAGS]
                     if flags != 0:
                         if flags & INEXACT:
                             if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
@@ -262,8 +262,8 @@ def match_batch(
                             slow_pairs[ns, 1] = f
                             ns += 1
                             continue
-                    start = meta[f, M_MSTART]
-                    count = meta[f, M_MCOUNT]
+                    start = mf[M_MSTART]
+                    count = mf[M_MCOUNT]
                     if k + count > cap:
                         full = True
                         break

@@ -344,6 +344,33 @@ def cmd_deadletter(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_match(args: argparse.Namespace) -> int:
+    """SPEC.md section 3: apply a matching log, one output line per event; exit 2 if any line was invalid."""
+    import contextlib
+    import io
+
+    from streaming.match_log import run_match_log
+
+    # surrogateescape: a line that is not UTF-8 is reported as invalid, not a crash; newline="\n": line
+    # numbers count \n only, as editors do; utf-8-sig: a leading byte order mark is dropped
+    with contextlib.ExitStack() as stack:
+        if args.log and args.log != "-":
+            src: Any = stack.enter_context(open(args.log, encoding="utf-8-sig", errors="surrogateescape", newline="\n"))
+        elif hasattr(sys.stdin, "buffer"):
+            src = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="surrogateescape", newline="\n")
+            stack.callback(src.detach)  # leave sys.stdin open
+        else:
+            src = sys.stdin
+        if args.out and args.out != "-":
+            out: Any = stack.enter_context(open(args.out, "w", encoding="utf-8", newline="\n"))
+        else:
+            out = sys.stdout
+        summary = run_match_log(src, out, sys.stderr)
+        out.flush()
+    print(summary.describe(), file=sys.stderr)
+    return summary.exit_code
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from streaming.demo import DemoConfig, run_demo
 
@@ -488,6 +515,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_deadletter)
+
+    p = sub.add_parser("match", help="apply a SPEC.md section 3 matching log: the subscriptions each event matches")
+    p.add_argument("--log", help="the matching log, JSON Lines (default: stdin)")
+    p.add_argument("--out", help="write one JSON line per event here (default: stdout)")
+    p.set_defaults(func=cmd_match)
 
     p = sub.add_parser("run", help="the whole pipeline on the built-in default, with a summary")
     _common(p)
