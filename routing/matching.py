@@ -299,6 +299,9 @@ class MatchIndex:
     2
     """
 
+    cache_bytes = 1 << 18
+    """Bytes of bitset rows per block of fids (the rows' slices of one block should stay in L2)."""
+
     def __init__(self, max_cuts: int = 32, max_strings: int = 64) -> None:
         if max_cuts < 0 or max_strings < 0:
             raise ValueError("max_cuts and max_strings must be >= 0")
@@ -698,7 +701,7 @@ class MatchIndex:
         n = len(batch)
         n_words = (self._n_fids + 63) // 64
         # fid blocks whose rows (one slice per bucket) fit in L2 stay there while events stream by
-        block = max(8, min(n_words, (1 << 21) // max(1, 8 * self._n_rows)))
+        block = max(8, min(n_words, self.cache_bytes // max(1, 8 * self._n_rows)))
         size = max(1024, int(self._expected * n) + 1024)
         offsets = np.zeros(n + 1, dtype=np.int64)
         ev = np.empty(size, dtype=np.int32)
