@@ -651,6 +651,10 @@ class MatchIndex:
         self._lit, self._lit_used = lit, used
         self._p_used, self._p_garbage = total, 0
 
+    def flush(self) -> None:
+        """Apply the bit work of the changes since the last ``match`` now (``match`` does it too)."""
+        self._flush()
+
     def _flush(self) -> None:
         """Apply the bit work of the changes since the last match."""
         if self._pending_clear:
