@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -256,7 +257,22 @@ def _grow(arr: npt.NDArray[Any], size: int, fill: Any = 0) -> npt.NDArray[Any]:
 
 
 def _exact_double(x: object) -> bool:
-    return type(x) is not int or -_DOUBLE_INTS <= x <= _DOUBLE_INTS or float(x) == x
+    """Whether a number literal is a double exactly (ints beyond 2**53 mostly are not)."""
+    if type(x) is not int or -_DOUBLE_INTS <= x <= _DOUBLE_INTS:
+        return True
+    try:
+        return float(x) == x
+    except OverflowError:  # beyond the largest double
+        return False
+
+
+def _number_cell(x: int) -> tuple[float, int]:
+    """An integer as ``(float(x), sign of x - float(x))``; beyond the doubles, +-inf."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return (math.inf, -1) if x > 0 else (-math.inf, 1)
+    return f, (x > int(f)) - (x < int(f))
 
 
 class MatchIndex:
@@ -509,7 +525,7 @@ class MatchIndex:
             elif kind is _NUMBER:
                 if len(values) == 1 and op is not Op.IN and op is not Op.NOT_IN:
                     x = values[0]
-                    if type(x) is int and not -_DOUBLE_INTS <= x <= _DOUBLE_INTS and float(x) != x:
+                    if not _exact_double(x):
                         records.append((a, K.P_SLOW_NUMBER, K.O_NONE, 0.0, 0.0, ()))
                         slow = True
                         continue
@@ -825,9 +841,10 @@ def _encode_column(
         vals[present] = values[present].astype(np.float64)
         big = present & ((values > _DOUBLE_INTS) | (values < -_DOUBLE_INTS)) if len(values) else present
         for i in np.flatnonzero(big).tolist():
-            x = int(values[i])
-            deltas[i] = (x > int(float(x))) - (x < int(float(x)))
-    elif dt.kind in "US":
+            vals[i], deltas[i] = _number_cell(int(values[i]))
+    elif dt.kind == "S":  # bytes are of no kind: only ``exists`` holds
+        kinds[present] = K.K_NOVALUE
+    elif dt.kind == "U":
         idx = np.flatnonzero(present)
         if len(idx):
             uniq, inverse = np.unique(values[idx], return_inverse=True)
@@ -843,10 +860,11 @@ def _encode_column(
                 kinds[i], vals[i] = K.K_STRING, codes.get(x, -1)
             elif isinstance(x, int | np.integer):
                 x = int(x)
-                f = float(x)
-                kinds[i], vals[i] = K.K_NUMBER, f
-                if not -_DOUBLE_INTS <= x <= _DOUBLE_INTS:
-                    deltas[i] = (x > int(f)) - (x < int(f))
+                if -_DOUBLE_INTS <= x <= _DOUBLE_INTS:
+                    kinds[i], vals[i] = K.K_NUMBER, x
+                else:
+                    kinds[i] = K.K_NUMBER
+                    vals[i], deltas[i] = _number_cell(x)
             elif isinstance(x, float | np.floating) and x == x:
                 kinds[i], vals[i] = K.K_NUMBER, float(x)
             else:

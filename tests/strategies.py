@@ -373,3 +373,149 @@ def tight_predicates() -> st.SearchStrategy[Predicate]:
 
 def tight_filters() -> st.SearchStrategy[Filter]:
     return filters(st.just("x"), tight_numbers, st.just(""), NUMBER_FILTER_OPS, 3, 2, ("number",))
+
+
+# --- The subscription index (routing.matching) -------------------------------------------------
+# A small shared vocabulary, so that generated subscriptions and events meet often: matches,
+# identical filters, values equal to literals, missing attributes, values of the wrong kind, None,
+# NaN, -0.0, integers beyond 2**53 (2**53 + 1 is no double), booleans (not numbers), and strings
+# that are prefixes, suffixes or infixes of each other, code points beyond the BMP included.
+
+import numpy as np  # noqa: E402
+
+INDEX_NAMES = ("a", "b", "c", "d", "e")
+INDEX_NUMBERS = (-1, -0.0, 0, 0.5, 1, 1.0, 1.5, 2, 3, 2**53, 2**53 + 1, 2.0**53, 2**53 + 2, 2.0**63, -(2**53) - 1)
+INDEX_STRINGS = ("", "a", "ab", "abc", "b", "ba", "bc", "ab'", "é", "\U0001f600")
+INDEX_IDS = (*(f"s{i}" for i in range(40)), "S", "_", "a.b", "é", "s")  # plain string order != numeric
+_INDEX_ALPHABET = "abc'é\U0001f600"
+# Event values beyond the literals: neighbours, non-finite numbers, integers past 2**53 (odd: no double),
+# a double next to 1.0, numpy scalars whose comparisons are exact, and values of no kind.
+_INDEX_EXTRA_VALUES: tuple[object, ...] = (
+    0.25,
+    2.5,
+    0.0,
+    math.nextafter(1.0, 2.0),
+    2**53 - 1,
+    2**53 + 3,
+    2.0**53 + 2,
+    2**63 - 1,
+    math.nan,
+    math.inf,
+    -math.inf,
+    None,
+    [1],
+    np.float64(1.5),
+    np.int64(2),
+    np.str_("ab"),
+    "xab",
+    "abx",
+    "\uffff",
+)
+
+index_numbers: st.SearchStrategy[Any] = st.sampled_from(INDEX_NUMBERS)
+index_strings: st.SearchStrategy[str] = st.sampled_from(INDEX_STRINGS)
+index_event_strings: st.SearchStrategy[str] = st.one_of(index_strings, st.text(alphabet=_INDEX_ALPHABET, max_size=4))
+
+
+def index_filters(
+    names: tuple[str, ...] = INDEX_NAMES,
+    ops: tuple[Op, ...] = tuple(Op),
+    max_predicates: int = 3,
+    kinds: tuple[str, ...] = ("number", "string", "boolean"),
+) -> st.SearchStrategy[Filter]:
+    """Filters over the index vocabulary: few names, literals that collide and sit on boundaries."""
+    return filters(st.sampled_from(names), index_numbers, index_strings, ops, max_predicates, 3, kinds)
+
+
+def index_values() -> st.SearchStrategy[object]:
+    """Event values of every kind for the index: the literals themselves half the time, then
+    strings built from the literals' characters, booleans and the extra values above."""
+    return st.one_of(
+        index_numbers,
+        index_event_strings,
+        st.booleans(),
+        st.sampled_from(_INDEX_EXTRA_VALUES),
+    )
+
+
+def index_events(names: tuple[str, ...] = INDEX_NAMES) -> st.SearchStrategy[dict[str, object]]:
+    """Events over the index vocabulary plus a name no filter uses (some names left out)."""
+    return st.dictionaries(st.sampled_from((*names, "zz")), index_values(), max_size=len(names))
+
+
+# from_columns forms: each column a numpy array of one dtype, with or without a presence mask.
+COLUMN_FLOATS = (-1.0, -0.0, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 2.0**53, 2.0**53 + 2, math.nextafter(1.0, 2.0))
+COLUMN_FLOATS += (0.25, 1e300, math.nan, math.inf, -math.inf)
+COLUMN_INTS = (-1, 0, 1, 2, 3, 2**53 - 1, 2**53, 2**53 + 1, -(2**53) - 1, 2**63 - 1, -(2**63))
+_COLUMN_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "float64": st.sampled_from(COLUMN_FLOATS),
+    "int64": st.sampled_from(COLUMN_INTS),
+    "bool": st.booleans(),
+    # numpy strips trailing NULs from unicode arrays; the pool has none
+    "unicode": index_event_strings,
+    "object": index_values(),
+}
+COLUMN_DTYPES = tuple(_COLUMN_VALUES)
+
+
+def _column_array(dtype: str, values: list[Any]) -> np.ndarray[Any, Any]:
+    if dtype == "object":
+        arr = np.empty(len(values), dtype=object)
+        for i, v in enumerate(values):  # element by element: a list value stays one element
+            arr[i] = v
+        return arr
+    if dtype == "unicode":
+        return np.array(values, dtype=np.str_)
+    return np.array(values, dtype={"float64": np.float64, "int64": np.int64, "bool": np.bool_}[dtype])
+
+
+@st.composite
+def column_batches(
+    draw: st.DrawFn,
+    names: tuple[str, ...] = INDEX_NAMES,
+    max_events: int = 20,
+    dtypes: tuple[str, ...] = COLUMN_DTYPES,
+) -> tuple[int, dict[str, tuple[Any, Any]], list[dict[str, object]]]:
+    """``(n, columns, events)``: arguments of ``EventBatch.from_columns`` and the same events as
+    plain dicts, built from the drawn Python values (not read back from the arrays). Values under
+    a false mask are drawn too: the index must ignore them."""
+    n = draw(st.integers(0, max_events))
+    events: list[dict[str, object]] = [{} for _ in range(n)]
+    columns: dict[str, tuple[Any, Any]] = {}
+    for name in draw(st.lists(st.sampled_from((*names, "zz")), unique=True, max_size=len(names))):
+        dtype = draw(st.sampled_from(dtypes))
+        values = draw(st.lists(_COLUMN_VALUES[dtype], min_size=n, max_size=n))
+        if draw(st.booleans()):
+            present, mask = [True] * n, None
+        else:
+            present = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+            mask = np.array(present, dtype=bool)
+        for i in range(n):
+            if present[i]:
+                events[i][name] = values[i]
+        columns[name] = (_column_array(dtype, values), mask)
+    return n, columns, events
+
+
+# --- Events as the wire carries them (streaming.arrow_matching) --------------------------------
+# Values the Event schema allows (64-bit longs, finite doubles, strings, booleans) over the index
+# vocabulary, so one name often comes with several value kinds across the events of one batch.
+WIRE_VALUES: tuple[object, ...] = tuple(
+    v for v in (*INDEX_NUMBERS, *_INDEX_EXTRA_VALUES) if type(v) in (int, float) and math.isfinite(v)
+)
+WIRE_VALUES += (2**63 - 1, -(2**63), True, False)
+
+
+def wire_values() -> st.SearchStrategy[object]:
+    return st.one_of(st.sampled_from(WIRE_VALUES), index_strings, index_event_strings)
+
+
+def wire_events(names: tuple[str, ...] = INDEX_NAMES, max_events: int = 12) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """Events in their JSON view (``schemas.codec``), with unique ids, valid for the Event rules."""
+    attributes = st.dictionaries(st.sampled_from((*names, "zz")), wire_values(), max_size=len(names))
+    return st.lists(attributes, max_size=max_events).map(
+        lambda attrs: [
+            {"event_id": f"e{i}", "publisher_id": "p", "published_at": i, "lifetime_ms": 0, "attributes": a}
+            for i, a in enumerate(attrs)
+        ]
+    )
