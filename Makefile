@@ -40,6 +40,8 @@ test-unit: setup
 bench: jars
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/producers.py
+	$(BIN)/python bench/matching.py
+	$(BIN)/python bench/matching_e2e.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -41,7 +41,7 @@ Examples
 ['s2']
 >>> code, reason = plan_change(SubscriptionRecord(op="subscribe", subscription_id="s4", filter="x <")).rejection
 >>> print(code, reason)
-invalid_filter filter at position 3: expected a literal (number, 'string', true or false), found END_OF_INPUT
+invalid_filter filter at position 3: expected a literal (number, 'string', true or false), found end of input
   x <
      ^
 """
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from routing.filters import FilterError, parse_filter
-from routing.matching import MatchIndex
+from routing.matching import BruteForceIndex, MatchIndex
 
 __all__ = [
     "Change",
@@ -223,14 +223,14 @@ class IndexReplica:
         Makes an empty index (``MatchIndex``; tests pass ``BruteForceIndex``).
     """
 
-    def __init__(self, factory: Callable[[], MatchIndex] = MatchIndex) -> None:
+    def __init__(self, factory: Callable[[], MatchIndex | BruteForceIndex] = MatchIndex) -> None:
         self._factory = factory
         self._index = factory()
         self._version: int | None = None
         self.rebuilds = 0
 
     @property
-    def index(self) -> MatchIndex:
+    def index(self) -> MatchIndex | BruteForceIndex:
         return self._index
 
     @property

@@ -329,6 +329,38 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_match_job(args: argparse.Namespace) -> int:
+    from streaming.matching_job import MatchingConfig, run
+
+    home = _home(args)
+    cfg = MatchingConfig(
+        conn=connection(args),
+        checkpoint=Path(args.checkpoint) if args.checkpoint else home / "checkpoints" / f"matching{args.topic_prefix}",
+        topic_prefix=args.topic_prefix,
+        available_now=args.available_now,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        trigger_interval=args.trigger_interval,
+        index=args.index,
+        stats_file=Path(args.stats) if args.stats else home / "stats" / f"matching{args.topic_prefix}.jsonl",
+    )
+    spark = _spark(args)
+    print(
+        f"[matching] {cfg.events_topic} x {cfg.subscriptions_topic} -> {cfg.matches_topic} "
+        f"(dead letters to {cfg.deadletter_topic}), checkpoint {cfg.checkpoint}",
+        file=sys.stderr,
+    )
+    history = run(spark, cfg, quiet=args.quiet)
+    spark.stop()
+    print(
+        f"[matching] {len(history)} micro-batches: {sum(b.events for b in history):,} events matched, "
+        f"{sum(b.rejected_events for b in history):,} events and "
+        f"{sum(b.rejected_subscriptions for b in history):,} subscription records dead-lettered, "
+        f"{sum(b.matches for b in history):,} matches",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_deadletter(args: argparse.Namespace) -> int:
     from schemas.topics import DEADLETTER_TOPIC
     from streaming.readers import read_topic, summarize_dead_letters
@@ -510,6 +542,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("match-job", help="run the matching job: events x subscriptions -> matches topic")
+    _common(p)
+    _spark_opts(p)
+    p.add_argument("--available-now", action="store_true", help="process what is there now, then stop")
+    p.add_argument("--checkpoint", help="checkpoint folder (default: HOME/checkpoints/matching)")
+    p.add_argument("--stats", help="JSON Lines file for per-batch counts (default: HOME/stats/matching.jsonl)")
+    p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
+    p.add_argument(
+        "--trigger-interval", default="0 seconds", help="micro-batch interval (default: %(default)s, back to back)"
+    )
+    p.add_argument(
+        "--index",
+        choices=["match", "brute-force"],
+        default="match",
+        help="match: the fast index; brute-force: the oracle, for checks (default: %(default)s)",
+    )
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_match_job)
 
     p = sub.add_parser("deadletter", help="summarize the dead-letter topic")
     _common(p)

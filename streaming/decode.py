@@ -207,8 +207,9 @@ def good(decoded: DataFrame) -> DataFrame:
     return decoded.where(F.col("error_code").isNull())
 
 
-def dead_letters(checked: DataFrame) -> DataFrame:
-    """Bad rows -> Kafka ``key``/``value`` pairs for the dead-letter topic (single-object Avro)."""
+def dead_letter_columns() -> tuple[Column, Column]:
+    """The Kafka ``key`` and ``value`` (single-object Avro) of the dead letter of a row that has the
+    Kafka source's columns and ``error_code``/``reason``."""
     codec = codec_for("DeadLetter")
     dl_id = F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
     record = F.struct(
@@ -223,6 +224,10 @@ def dead_letters(checked: DataFrame) -> DataFrame:
         F.col("value").cast("binary").alias("value"),
     )
     value = F.concat(F.lit(codec.header), to_avro(record, codec.schema_json))
-    return checked.where(F.col("error_code").isNotNull()).select(
-        dl_id.cast("binary").alias("key"), value.alias("value")
-    )
+    return dl_id.cast("binary"), value
+
+
+def dead_letters(checked: DataFrame) -> DataFrame:
+    """Bad rows -> Kafka ``key``/``value`` pairs for the dead-letter topic (single-object Avro)."""
+    key, value = dead_letter_columns()
+    return checked.where(F.col("error_code").isNotNull()).select(key.alias("key"), value.alias("value"))

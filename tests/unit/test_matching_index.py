@@ -894,3 +894,24 @@ def test_matches_counts_and_offsets() -> None:
     assert result.ids(2) == sorted(["dup", "ge0", "ge1", "ge2", "ge3", "ge4"])
     model = {f"ge{i}": parse_filter(f"x >= {i}") for i in range(10)} | {"dup": parse_filter("x >= 0")}
     check_matches(result, model_ids(model, events))
+
+
+def test_flat_ids_equal_ids_and_refuse_a_changed_index() -> None:
+    """``flat_ids`` (one vectorized sort) names the same ids, in the same order, as ``ids(i)``; after a
+    change the slots may name other subscriptions, so it refuses instead of answering wrongly."""
+    import random
+
+    rng = random.Random(5)
+    index = MatchIndex()
+    ids = ["b", "a", "a\x00", "B", "é", "s10", "s9", "s1", ""]
+    for i, sid in enumerate(ids):
+        index.add(sid, f"x >= {i % 4}")
+    events = [{"x": rng.randint(-1, 4)} for _ in range(50)]
+    result = index.match(events)
+    offsets, flat = result.flat_ids()
+    expected = [sorted(sid for i, sid in enumerate(ids) if e["x"] >= i % 4) for e in events]
+    assert [flat[offsets[i] : offsets[i + 1]].tolist() for i in range(len(events))] == expected
+    assert [result.ids(i) for i in range(len(events))] == expected
+    index.remove("a")
+    with pytest.raises(RuntimeError, match="changed"):
+        result.flat_ids()

@@ -1,0 +1,443 @@
+"""End-to-end benchmark of the matching job: Kafka -> Spark (local[2]) -> Kafka on this machine.
+
+For each Gryphon decay (0.78: ~2% match rate, 0.88: ~0.2%), with ``--subscriptions`` Gryphon
+subscriptions (default 100,000):
+
+1. **Subscription load.** The subscriptions go to the compacted topic; the job runs available-now
+   once on them alone: reading, validating (parsing) every filter on the driver, persisting the
+   table and building the index in the Python workers.
+2. **Sustained throughput.** A backlog of ``--events`` events goes to the events topic; the job
+   restarts on the same checkpoint (so the table is restored from its snapshot and every worker
+   rebuilds its index from the broadcast) and drains the backlog available-now with
+   ``--per-batch`` records per micro-batch. "Sustained" is events over batch time in the second
+   half of the batches (the first ones pay for start-up), as in ``bench/ingest.py``.
+3. **Latency at an offered load.** On fresh topics with the same subscriptions, the job runs
+   continuously (trigger "0 seconds"); after 2,000 warm-up events (which make the Python workers
+   build their indexes) a producer process publishes ``--rate`` events/s for
+   ``--seconds`` s with ``published_at`` = the wall clock at send; a consumer process reads every
+   ``Match`` record and takes its Kafka timestamp (set when Spark's producer sent it) minus the
+   event's ``published_at``. p50 and p99 are over events published after ``--warmup`` s.
+4. **Oracle.** ``BruteForceIndex`` over the same subscriptions is timed on a few events and its
+   answers compared with the job's ``Match`` records for those events.
+
+Output volume matters: every valid event gets one ``Match`` record naming every matching id, so at
+2% of 100k subscriptions a record carries ~2,200 ids (~15 kB); the report prints matches/s and
+the estimated bytes/s the job writes.
+
+Run: ``.venv/bin/python bench/matching_e2e.py [--subscriptions 100000] [--decays 0.78,0.88]
+[--events 200000] [--rate 10000] [--seconds 30] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from infra import kafka
+from infra.connection import KafkaConnection
+from infra.jars import ensure_jars
+from infra.topics import ensure_topics
+from producers.kafka_writer import KafkaWriter
+from producers.sinks import KafkaSink
+from producers.workloads import GryphonWorkload
+from schemas.codec import codec_for
+
+BROKERS, SUBS_PER_CLIENT = 80, 5
+
+
+def workload(subscriptions: int, decay: float, seed: int = 0) -> GryphonWorkload:
+    clients = max(1, subscriptions // (BROKERS * SUBS_PER_CLIENT))
+    return GryphonWorkload(
+        decay=decay, brokers=BROKERS, clients_per_broker=clients, subs_per_client=SUBS_PER_CLIENT, seed=seed
+    )
+
+
+def match_rate(w: GryphonWorkload, events: int = 200) -> float:
+    rng = np.random.default_rng(12345)
+    vals = rng.choice(np.arange(1, w.v + 1), size=(events, w.k), p=w.p)
+    region = rng.integers(1, w.regions + 1, events)
+    return float(w.match_counts(vals, region).sum()) / (events * len(w.sub_matrix))
+
+
+def new_topics(conn: KafkaConnection) -> str:
+    prefix = f"bench{uuid.uuid4().hex[:6]}."
+    ensure_topics(conn, prefix)
+    return prefix
+
+
+def load_subscriptions(conn: KafkaConnection, prefix: str, w: GryphonWorkload) -> float:
+    sink = KafkaSink(conn, prefix)
+    start = time.monotonic()
+    sink.subscriptions(w.subscriptions())
+    sink.close()
+    return time.monotonic() - start
+
+
+def produce_backlog(conn: KafkaConnection, prefix: str, w: GryphonWorkload, n: int) -> tuple[float, int]:
+    sink = KafkaSink(conn, prefix)
+    start = time.monotonic()
+    done = 0
+    while done < n:
+        chunk = w.batch(min(20_000, n - done))
+        sink.events(chunk)
+        done += len(chunk)
+    written = sink.close()
+    return time.monotonic() - start, int(written["bytes"])
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def match_head(value: bytes) -> tuple[bytes, int]:
+    """(event_id, published_at) of an encoded Match, without decoding the id list."""
+    n, pos = _varint(value, 10)
+    eid = value[pos : pos + n]
+    pos += n
+    n, pos = _varint(value, pos)
+    published_at, _ = _varint(value, pos + n)
+    return eid, published_at
+
+
+def _paced_producer(
+    bootstrap: str, topic: str, params: dict[str, Any], rate: float, seconds: float, sample_every: int
+) -> dict[str, Any]:
+    """Publish ``rate * seconds`` events at ``rate``/s, ``published_at`` = now; return what was sent
+    and the attributes of every ``sample_every``-th event."""
+    w = GryphonWorkload(**params)
+    writer = KafkaWriter(KafkaConnection(bootstrap), **{"linger.ms": 1})
+    codec = codec_for("Event")
+    total, chunk = int(rate * seconds), max(1, int(rate / 200))
+    samples: dict[str, dict[str, Any]] = {}
+    start = time.time()
+    sent = 0
+    while sent < total:
+        due = start + sent / rate
+        ahead = due - time.time()
+        if ahead > 0:
+            time.sleep(ahead)
+        events = w.batch(min(chunk, total - sent))
+        now_ms = int(time.time() * 1000)
+        for e in events:
+            e["published_at"] = now_ms
+            writer.send(topic, e["publisher_id"], codec.encode(e))
+            if sent % sample_every == 0:
+                samples[e["event_id"]] = e["attributes"]
+            sent += 1
+        writer.poll()
+    report = writer.flush()
+    return {"sent": sent, "failed": report.failed, "seconds": time.time() - start, "samples": samples}
+
+
+def _latency_consumer(bootstrap: str, topic: str, expected: int, deadline_s: float) -> dict[str, Any]:
+    """Read Match records until ``expected`` distinct events were seen (or the deadline): per event
+    its ``published_at`` and latency (first record), and the records and bytes read."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 16 << 20,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+    seen: dict[bytes, tuple[int, int]] = {}
+    nbytes = records = 0
+    stop = time.time() + deadline_s
+    try:
+        while len(seen) < expected and time.time() < stop:
+            for msg in consumer.consume(10_000, 0.5):
+                if msg.error() is not None:
+                    continue
+                value = msg.value()
+                records += 1
+                nbytes += len(value)
+                eid, published_at = match_head(value)
+                if eid not in seen and not eid.startswith(b"warm-"):
+                    seen[eid] = (published_at, msg.timestamp()[1] - published_at)
+    finally:
+        consumer.close()
+    return {
+        "seen": len(seen),
+        "records": records,
+        "bytes": nbytes,
+        "published_latency": list(seen.values()),
+    }
+
+
+def bench_throughput(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: argparse.Namespace) -> dict:
+    from streaming.matching_job import MatchingConfig, run
+
+    prefix = new_topics(conn)
+    out: dict[str, Any] = {"subs_produce_s": load_subscriptions(conn, prefix, w)}
+    ckpt = Path(tempfile.mkdtemp(prefix="bench-matching-"))
+    cfg = MatchingConfig(conn=conn, checkpoint=ckpt, topic_prefix=prefix, available_now=True)
+    start = time.monotonic()
+    first = run(spark, cfg, quiet=True)
+    out["subs_load_s"] = time.monotonic() - start
+    out["subs_load_batches"] = [(b.subscription_records, round(b.duration_ms)) for b in first]
+    out["backlog_produce_s"], out["backlog_bytes"] = produce_backlog(conn, prefix, w, args.events)
+    cfg = MatchingConfig(
+        conn=conn, checkpoint=ckpt, topic_prefix=prefix, available_now=True, max_offsets_per_trigger=args.per_batch
+    )
+    start = time.monotonic()
+    history = run(spark, cfg, quiet=not args.verbose)
+    wall = time.monotonic() - start
+    batches = [b for b in history if b.events]
+    steady = batches[len(batches) // 2 :]
+    steady_ms = sum(b.duration_ms for b in steady)
+    events = sum(b.events for b in batches)
+    out.update(
+        {
+            "events": events,
+            "matches": sum(b.matches for b in batches),
+            "batches": len(batches),
+            "wall_s": wall,
+            "overall_per_s": events / wall,
+            "sustained_per_s": sum(b.events for b in steady) / (steady_ms / 1000) if steady_ms else float("nan"),
+            "sustained_matches_per_s": sum(b.matches for b in steady) / (steady_ms / 1000) if steady_ms else 0.0,
+            "median_batch_ms": statistics.median(b.duration_ms for b in batches) if batches else 0.0,
+            "batch_rows_ms": [(b.events, round(b.duration_ms), round(b.write_ms)) for b in batches],
+        }
+    )
+    return out
+
+
+def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: argparse.Namespace) -> dict:
+    from streaming.matching_job import MatchingConfig, build_query
+
+    prefix = new_topics(conn)
+    load_subscriptions(conn, prefix, w)
+    cfg = MatchingConfig(conn=conn, checkpoint=Path(tempfile.mkdtemp(prefix="bench-latency-")), topic_prefix=prefix)
+    query, handler = build_query(spark, cfg, quiet=not args.verbose)
+    try:
+        deadline = time.monotonic() + 900
+        while not (handler.history and handler.history[-1].subscriptions >= len(w.sub_matrix)):
+            if not query.isActive or time.monotonic() > deadline:
+                raise RuntimeError(f"the job did not load the subscriptions: {query.exception()}")
+            time.sleep(0.5)
+        # warm-up: the first events after a start make every Python worker build its index from the
+        # snapshot (tens of seconds at 100k subscriptions); that is start-up, not steady-state latency
+        warm = w.batch(2000)
+        for e in warm:
+            e["event_id"] = "warm-" + e["event_id"]
+        sink = KafkaSink(conn, prefix)
+        sink.events(warm)
+        sink.close()
+        while sum(b.events for b in handler.history) < len(warm):
+            if not query.isActive or time.monotonic() > deadline:
+                raise RuntimeError(f"the job did not match the warm-up events: {query.exception()}")
+            time.sleep(0.5)
+        warmup_batches = len(handler.history)
+        ctx = multiprocessing.get_context("spawn")
+        expected = int(args.rate * args.seconds)
+        samples = args.oracle_events
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as pool:
+            consumer = pool.submit(
+                _latency_consumer,
+                conn.bootstrap_servers,
+                prefix + "siftstream.matches.v1",
+                expected,
+                args.seconds + 300,
+            )
+            producer = pool.submit(
+                _paced_producer,
+                conn.bootstrap_servers,
+                prefix + "siftstream.events.v1",
+                dict(w.params, lifetime_ms=1000),
+                args.rate,
+                args.seconds,
+                max(1, expected // max(1, samples)),
+            )
+            sent = producer.result()
+            got = consumer.result()
+    finally:
+        query.stop()
+    start_ms = min(p for p, _ in got["published_latency"]) if got["published_latency"] else 0
+    lat = np.array([lat for p, lat in got["published_latency"] if p >= start_ms + args.warmup * 1000], dtype=float)
+    batches = [b for b in handler.history[warmup_batches:] if b.events]
+    return {
+        "sent": sent["sent"],
+        "producer_s": sent["seconds"],
+        "received_events": got["seen"],
+        "records": got["records"],
+        "bytes": got["bytes"],
+        "p50_ms": float(np.percentile(lat, 50)) if len(lat) else float("nan"),
+        "p99_ms": float(np.percentile(lat, 99)) if len(lat) else float("nan"),
+        "max_ms": float(lat.max()) if len(lat) else float("nan"),
+        "measured": len(lat),
+        "median_batch_ms": statistics.median(b.duration_ms for b in batches) if batches else 0.0,
+        "median_batch_events": statistics.median(b.events for b in batches) if batches else 0,
+        "samples": sent["samples"],
+        "matches_topic": prefix + "siftstream.matches.v1",
+    }
+
+
+def bench_oracle(w: GryphonWorkload, samples: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict:
+    """Time ``BruteForceIndex`` on the sampled events; check the job's Match records against it."""
+    from routing.matching import BruteForceIndex
+
+    oracle = BruteForceIndex()
+    start = time.monotonic()
+    for s in w.subscriptions():
+        oracle.add(s["subscription_id"], s["filter"])
+    build_s = time.monotonic() - start
+    ids = list(samples)[: args.oracle_events]
+    if not ids:
+        return {"build_s": build_s, "events": 0}
+    start = time.monotonic()
+    answers = oracle.match([samples[i] for i in ids]).all_ids()
+    per_event = (time.monotonic() - start) / len(ids)
+    return {
+        "build_s": build_s,
+        "events": len(ids),
+        "s_per_event": per_event,
+        "answers": dict(zip(ids, answers, strict=True)),
+    }
+
+
+def check_against_oracle(job: dict[str, list[str]], answers: dict[str, list[str]]) -> str:
+    wrong = [eid for eid, ids in answers.items() if eid in job and job[eid] != ids]
+    checked = sum(1 for eid in answers if eid in job)
+    return f"{checked} checked, {len(wrong)} differ" + (f" (e.g. {wrong[0]})" if wrong else "")
+
+
+def read_matches_for(
+    conn: KafkaConnection, topic: str, wanted: set[str], timeout_s: float = 300
+) -> dict[str, list[str]]:
+    """The subscription ids of the wanted events, scanning the matches topic (minimal parse)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from schemas.codec import decode
+    from streaming.readers import watermarks
+
+    consumer = Consumer({"bootstrap.servers": conn.bootstrap_servers, "group.id": "bench-oracle"})
+    found: dict[str, list[str]] = {}
+    try:
+        ends = {p: watermarks(consumer, topic, p)[1] for p in (0, 1)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+        done: set[int] = {p for p, e in ends.items() if e == 0}
+        stop = time.time() + timeout_s
+        while len(done) < 2 and len(found) < len(wanted) and time.time() < stop:
+            for msg in consumer.consume(10_000, 0.5):
+                eid = match_head(msg.value())[0].decode()
+                if eid in wanted:
+                    found[eid] = decode(msg.value(), "Match")[1]["subscription_ids"]
+                if msg.offset() >= ends[msg.partition()] - 1:
+                    done.add(msg.partition())
+    finally:
+        consumer.close()
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--subscriptions", type=int, default=100_000)
+    ap.add_argument("--decays", default="0.78,0.88", help="Gryphon decays to run (default: %(default)s)")
+    ap.add_argument("--events", type=int, default=200_000, help="backlog for the throughput run")
+    ap.add_argument("--per-batch", type=int, default=50_000, help="maxOffsetsPerTrigger of the throughput run")
+    ap.add_argument("--rate", type=float, default=10_000, help="offered load of the latency run, events/s")
+    ap.add_argument("--seconds", type=float, default=30, help="length of the latency run")
+    ap.add_argument("--warmup", type=float, default=5, help="latency run: seconds left out of the percentiles")
+    ap.add_argument("--oracle-events", type=int, default=5, help="events timed and checked with the oracle")
+    ap.add_argument("--skip", default="", help="comma-separated phases to skip: throughput, latency, oracle")
+    ap.add_argument("--quick", action="store_true", help="small sizes: 5k subscriptions, 20k events, 10 s")
+    ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting a broker")
+    ap.add_argument("--verbose", action="store_true", help="print the job's per-batch lines")
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args()
+    if args.quick:
+        args.subscriptions, args.events, args.seconds, args.per_batch = 5_000, 20_000, 10, 10_000
+    skip = set(filter(None, args.skip.split(",")))
+
+    from streaming.session import SparkConfig, build_session
+
+    jars = ensure_jars()
+    results: dict[str, Any] = {}
+    with kafka.broker_or(args.bootstrap_servers, jars, heap="1g") as conn:
+        spark = build_session(SparkConfig(app_name="bench-matching"), jars)
+        for decay in (float(d) for d in args.decays.split(",")):
+            w = workload(args.subscriptions, decay)
+            rate = match_rate(w)
+            print(
+                f"\nworkload: Gryphon (Opyrchal et al. 2000), {len(w.sub_matrix):,} subscriptions "
+                f"({BROKERS} brokers x {w.params['clients_per_broker']} clients x {SUBS_PER_CLIENT}), 15 attributes x "
+                f"4 Zipf values, decay {decay}: match rate {rate:.3%} (~{rate * len(w.sub_matrix):,.0f} ids per "
+                "event); single-object Avro; topics with 2 partitions on a local 1-node KRaft broker; Spark local[2] "
+                "on this 2-core machine",
+                flush=True,
+            )
+            res: dict[str, Any] = {"match_rate": rate}
+            if "throughput" not in skip:
+                t = bench_throughput(spark, conn, w, args)
+                res["throughput"] = t
+                ids_per_event = t["matches"] / max(1, t["events"])
+                id_bytes = 1 + statistics.mean(len(f"g{i}") for i in range(len(w.sub_matrix)))  # length + text
+                print(
+                    f"  subscription load (compacted topic -> validated table -> worker indexes): "
+                    f"{t['subs_load_s']:.1f} s (batches: records, ms {t['subs_load_batches']})"
+                )
+                print(
+                    f"  throughput, backlog of {t['events']:,} events, maxOffsetsPerTrigger {args.per_batch:,}: "
+                    f"sustained {t['sustained_per_s']:,.0f} events/s ({t['sustained_matches_per_s']:,.0f} matches/s, "
+                    f"~{t['sustained_matches_per_s'] * id_bytes / 1e6:,.1f} MB/s of Match records) over the second "
+                    f"half of {t['batches']} batches; overall incl. restart {t['overall_per_s']:,.0f} events/s "
+                    f"({t['wall_s']:.1f} s); {ids_per_event:,.0f} ids per event"
+                )
+                print(f"  batches (events, ms, write ms): {t['batch_rows_ms']}", flush=True)
+            if "latency" not in skip:
+                lat = bench_latency(spark, conn, w, args)
+                res["latency"] = {k: v for k, v in lat.items() if k != "samples"}
+                print(
+                    f"  latency at {args.rate:,.0f} events/s offered for {args.seconds:g} s "
+                    f"(published_at -> Match record's Kafka timestamp, after {args.warmup:g} s warm-up): "
+                    f"p50 {lat['p50_ms']:,.0f} ms, p99 {lat['p99_ms']:,.0f} ms, max {lat['max_ms']:,.0f} ms over "
+                    f"{lat['measured']:,} events; {lat['received_events']:,} of {lat['sent']:,} events matched; "
+                    f"{lat['bytes'] / max(lat['producer_s'], 1e-9) / 1e6:,.1f} MB/s of Match records; median batch "
+                    f"{lat['median_batch_events']:,.0f} events in {lat['median_batch_ms']:,.0f} ms",
+                    flush=True,
+                )
+                if "oracle" not in skip:
+                    o = bench_oracle(w, lat["samples"], args)
+                    res["oracle"] = {k: v for k, v in o.items() if k != "answers"}
+                    if o["events"]:
+                        job = read_matches_for(conn, lat["matches_topic"], set(o["answers"]))
+                        print(
+                            f"  oracle (BruteForceIndex, Filter.matches on every subscription): "
+                            f"{o['s_per_event'] * 1000:,.0f} ms per event = {1 / o['s_per_event']:,.1f} events/s "
+                            f"(built in {o['build_s']:.1f} s); job vs oracle on {o['events']} sampled events: "
+                            f"{check_against_oracle(job, o['answers'])}",
+                            flush=True,
+                        )
+            results[str(decay)] = res
+        spark.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

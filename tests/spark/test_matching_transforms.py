@@ -1,0 +1,149 @@
+"""The matching job's DataFrame pieces on a local SparkSession, without Kafka: decoded events through
+``event_columns`` -> ``mapInArrow(match_batches)`` -> ``output_records``, and the subscription rows
+the driver plans from. Expected matches come from ``BruteForceIndex``; expected dead letters from
+``streaming.decode.dead_letters``, the validation job's encoder."""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from producers.events import EventGenerator
+from producers.faults import FAULTS, corrupt
+from routing.matching import BruteForceIndex
+from routing.subscriptions import SubscriptionTable, plan_change
+from schemas.codec import codec_for, decode
+from schemas.rules import classify
+from schemas.topics import TOPICS
+
+pytestmark = pytest.mark.spark
+
+EVENTS, SUBS = TOPICS["siftstream.events.v1"], TOPICS["siftstream.subscriptions.v1"]
+FILTERS = {
+    "s1": "symbol = 'IBM'",
+    "s2": "price < 100",
+    "s3": "sector in ('tech', 'retail') and volume >= 500",
+    "s4": "urgent = true",
+    "s5": "exchange startswith 'N' and price >= 50",
+    "s6": "region exists and volume < 0",
+    "s7": "mixed = 3",  # event 3 carries the long 3, event 6 the double 3.0
+}
+
+
+def _frame(spark, topic: str, rows: list[tuple[bytes | None, bytes | None]]):  # type: ignore[no-untyped-def]
+    ts = datetime.datetime(2026, 1, 1, 12, 0, 0, 123000, tzinfo=datetime.UTC)
+    data = [(k, v, topic, i % 2, i, ts) for i, (k, v) in enumerate(rows)]
+    schema = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    return spark.createDataFrame(data, schema)
+
+
+def _events() -> list[tuple[bytes | None, bytes | None]]:
+    """Good events (one name with two value kinds across events), then one of every fault kind."""
+    rng = random.Random(5)
+    codec = codec_for("Event")
+    events = EventGenerator(publishers=3, seed=5).batch(60, 1_700_000_000_000)
+    for i, e in enumerate(events):
+        e["attributes"]["mixed"] = i if i % 2 else float(i) / 2  # long here, double there
+    out: list[tuple[bytes | None, bytes | None]] = [(e["publisher_id"].encode(), codec.encode(e)) for e in events]
+    out += [(b"bad", corrupt(kind, rng, events[i])[0]) for i, kind in enumerate(sorted(FAULTS))]
+    return out
+
+
+def _ship(filters: dict[str, str]) -> Any:
+    from streaming.arrow_matching import ShipState
+
+    table = SubscriptionTable()
+    table.apply(filters.items())
+    return ShipState("spark-test", "match", 0, SimpleNamespace(value={}), table.deltas(), table.version)
+
+
+def test_every_event_becomes_a_match_or_the_validation_jobs_dead_letter(spark) -> None:  # type: ignore[no-untyped-def]
+    from streaming.arrow_matching import OUTPUT_SCHEMA, match_batches
+    from streaming.decode import dead_letters
+    from streaming.decode import decode as spark_decode
+    from streaming.matching_job import event_columns, output_records
+
+    values = _events()
+    frame = _frame(spark, "ev", values)
+    matched = event_columns(spark_decode(frame, EVENTS)).mapInArrow(
+        functools.partial(match_batches, _ship(FILTERS)), OUTPUT_SCHEMA
+    )
+    rows = output_records(matched, "matches", "dead").collect()
+
+    oracle = BruteForceIndex()
+    for sid, text in FILTERS.items():
+        oracle.add(sid, text)
+    good = [(i, decode(v, "Event")[1]) for i, (_, v) in enumerate(values) if classify(v, "Event")[0] is None]
+    expected = {
+        rec["event_id"]: {
+            "event_id": rec["event_id"],
+            "publisher_id": rec["publisher_id"],
+            "published_at": rec["published_at"],
+            "subscription_ids": ids,
+        }
+        for (_, rec), ids in zip(good, oracle.match([r["attributes"] for _, r in good]).all_ids(), strict=True)
+    }
+    matches = {bytes(r.key).decode(): decode(bytes(r.value), "Match")[1] for r in rows if r.topic == "matches"}
+    assert matches == expected
+    assert sum(len(m["subscription_ids"]) for m in matches.values()) > len(matches)  # a real test: many match
+    assert any(m["subscription_ids"] == [] for m in matches.values())
+    assert [k for k, m in sorted(matches.items()) if "s7" in m["subscription_ids"]] == ["p0-1", "p0-2"]
+
+    letters = sorted((bytes(r.key), bytes(r.value)) for r in rows if r.topic == "dead")
+    reference = sorted((bytes(r.key), bytes(r.value)) for r in dead_letters(spark_decode(frame, EVENTS)).collect())
+    assert letters == reference and len(letters) == len(FAULTS)
+
+
+def test_subscription_rows_plan_the_changes_and_their_dead_letters(spark) -> None:  # type: ignore[no-untyped-def]
+    from streaming.decode import dead_letters
+    from streaming.decode import decode as spark_decode
+    from streaming.matching_job import subscription_columns, subscription_dead_letters, to_record
+
+    codec = codec_for("Subscription")
+
+    def sub(sid: str, **fields: Any) -> tuple[bytes, bytes]:
+        record = {"type": "subscribe", "subscription_id": sid, "subscriber_id": "u1", **fields}
+        return sid.encode(), codec.encode(record)
+
+    values: list[tuple[bytes | None, bytes | None]] = [
+        sub("s1", filter="price < 10"),
+        sub("s2", filter="price <"),  # invalid filter
+        sub("s3", composite='{"op": "or", "children": ["a = 1", "b = 2"]}'),  # skipped
+        sub("s4", filter="a = 1", subscriber_id=None),  # invalid value (rules)
+        (b"s5", b"\x00garbage"),  # bad framing
+        sub("s6", filter="b = 'x'"),
+        (b"s6", None),  # tombstone
+        (b"s1", codec.encode({"type": "unsubscribe", "subscription_id": "s1"})),
+        sub("s7", filter="c exists"),
+    ]
+    frame = _frame(spark, "subs", values)
+    rows = sorted(subscription_columns(spark_decode(frame, SUBS)).collect(), key=lambda r: r["offset"])
+    table = SubscriptionTable()
+    rejected = []
+    for row in rows:
+        outcome = plan_change(to_record(row))
+        if outcome.change:
+            table.apply([outcome.change])
+        if outcome.rejection:
+            rejected.append((row, outcome.rejection))
+    assert dict(table.filters) == {"s7": "c exists"}
+    assert [(r["offset"], code) for r, (code, _) in rejected] == [
+        (1, "invalid_filter"),
+        (3, "invalid_value"),
+        (4, "bad_framing"),
+    ]
+
+    written = subscription_dead_letters(spark, rejected, "dead").collect()
+    assert {r.topic for r in written} == {"dead"}
+    letters = {bytes(r.key): bytes(r.value) for r in written}
+    # the decoder's own rejects are byte-identical to the validation job's dead letters
+    reference = {bytes(r.key): bytes(r.value) for r in dead_letters(spark_decode(frame, SUBS)).collect()}
+    assert {k: letters[k] for k in reference} == reference
+    bad_filter = decode(letters[b"subs/1/1"], "DeadLetter")[1]
+    assert bad_filter["error_code"] == "invalid_filter" and "at position 7" in bad_filter["reason"]
+    assert bad_filter["value"] == values[1][1] and bad_filter["source_timestamp"] == 1767268800123
