@@ -355,7 +355,7 @@ class MatchIndex:
     cache_bytes = 1 << 18
     """Bytes of bitset rows per block of fids (the rows' slices of one block should stay in L2)."""
 
-    def __init__(self, max_cuts: int = 32, max_strings: int = 64) -> None:
+    def __init__(self, max_cuts: int = 48, max_strings: int = 64) -> None:
         if max_cuts < 0 or max_strings < 0:
             raise ValueError("max_cuts and max_strings must be >= 0")
         self._max_cuts = max_cuts
@@ -513,8 +513,10 @@ class MatchIndex:
     def _new_row(self, copy_of: int | None) -> int:
         """A new bitset row: a copy of row ``copy_of``, or of the alive fids."""
         r = self._n_rows
-        if r >= self._rows.shape[0]:
-            self._rows = _grow(self._rows, r + 16)
+        if r >= self._rows.shape[0]:  # rows come early and seldom: grow by a few, not by half again
+            rows = np.zeros((r + 64, self._rows.shape[1]), dtype=np.uint64)
+            rows[:r] = self._rows[:r]
+            self._rows = rows
         self._rows[r] = self._alive if copy_of is None else self._rows[copy_of]
         self._n_rows += 1
         return r
