@@ -63,6 +63,24 @@ def _cmp(v: float, d: int, lit: float) -> int:
     return d
 
 
+@njit(cache=True, inline="always")
+def _holds(op, c, c_hi):  # type: ignore[no-untyped-def]
+    """Whether a comparison holds, given ``c = sign(x - a)`` and ``c_hi = sign(x - b)`` (between)."""
+    if op == O_EQ:
+        return c == 0
+    if op == O_NE:
+        return c != 0
+    if op == O_LT:
+        return c < 0
+    if op == O_LE:
+        return c <= 0
+    if op == O_GT:
+        return c > 0
+    if op == O_GE:
+        return c >= 0
+    return c >= 0 and c_hi <= 0  # between
+
+
 @njit(cache=True)
 def bucket_rows(ev_kind, ev_val, ev_delta, e, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, out):  # type: ignore[no-untyped-def]
     """The row of every attribute's bucket for event ``e`` (into ``out``)."""
@@ -138,21 +156,7 @@ def verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):  # type: i
                 if found != (op == O_IN):
                     return False
                 continue
-            c = _cmp(v, d, p_ab[p, 0])
-            if op == O_EQ:
-                ok = c == 0
-            elif op == O_NE:
-                ok = c != 0
-            elif op == O_LT:
-                ok = c < 0
-            elif op == O_LE:
-                ok = c <= 0
-            elif op == O_GT:
-                ok = c > 0
-            elif op == O_GE:
-                ok = c >= 0
-            else:  # between
-                ok = c >= 0 and _cmp(v, d, p_ab[p, 1]) <= 0
+            ok = _holds(op, _cmp(v, d, p_ab[p, 0]), _cmp(v, d, p_ab[p, 1]))
             if not ok:
                 return False
         elif pk == P_STRING:
@@ -363,21 +367,7 @@ def _bucket_outcome(kind, lo, hi, p0, p1, p_code, p_ab, lit, strc):  # type: ign
                             found = True
                     ok = found == (op == O_IN)
                 else:
-                    c = _cmp(lo, 0, p_ab[p, 0])
-                    if op == O_EQ:
-                        ok = c == 0
-                    elif op == O_NE:
-                        ok = c != 0
-                    elif op == O_LT:
-                        ok = c < 0
-                    elif op == O_LE:
-                        ok = c <= 0
-                    elif op == O_GT:
-                        ok = c > 0
-                    elif op == O_GE:
-                        ok = c >= 0
-                    else:
-                        ok = c >= 0 and _cmp(lo, 0, p_ab[p, 1]) <= 0
+                    ok = _holds(op, _cmp(lo, 0, p_ab[p, 0]), _cmp(lo, 0, p_ab[p, 1]))
                 o = FULL if ok else NONE
             else:  # the open interval (lo, hi)
                 a = p_ab[p, 0]

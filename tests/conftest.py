@@ -60,3 +60,25 @@ def topic_prefix(kafka_conn: KafkaConnection) -> str:
     prefix = f"t{uuid.uuid4().hex[:10]}."
     ensure_topics(kafka_conn, prefix)
     return prefix
+
+
+@pytest.fixture
+def standalone_cluster(jars, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A loopback Spark standalone cluster (a master and one 2-core worker on free ports, under
+    ``tmp_path / "spark"``), stopped after the test whatever happens."""
+    from infra import spark_cluster
+    from infra.kafka import free_port
+
+    cluster = spark_cluster.ClusterConfig(
+        home=tmp_path / "spark",
+        port=free_port(),
+        webui_port=free_port(),
+        worker_webui_port=free_port(),
+        worker_cores=2,
+        worker_memory="1g",
+    )
+    spark_cluster.up(cluster)
+    try:
+        yield cluster
+    finally:
+        spark_cluster.down(cluster)

@@ -328,42 +328,28 @@ def test_no_event_is_lost_when_the_driver_is_killed(
 
 @pytest.mark.standalone
 def test_the_cli_runs_the_job_on_a_standalone_cluster(
-    kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
+    kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path, standalone_cluster: Any
 ) -> None:
     """The unchanged job via ``siftstream match-job --master spark://...``: the matching runs in the
     cluster's executor (its Python workers import the project from the same environment)."""
     import subprocess
     import sys
 
-    from infra import spark_cluster
-    from infra.kafka import free_port
-
+    cluster = standalone_cluster
     subs = base_subscriptions()
     bad_events = produce(kafka_conn, topic_prefix, subs, "a", 200, seed=7)
-    cluster = spark_cluster.ClusterConfig(
-        home=tmp_path / "spark",
-        port=free_port(),
-        webui_port=free_port(),
-        worker_webui_port=free_port(),
-        worker_cores=2,
-        worker_memory="1g",
+    command = [sys.executable, "-m", "streaming.cli", "match-job", "--available-now"]
+    command += ["--master", cluster.master_url, "--bootstrap-servers", kafka_conn.bootstrap_servers]
+    command += ["--topic-prefix", topic_prefix, "--checkpoint", str(tmp_path / "ckpt"), "--home", str(tmp_path)]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
-    spark_cluster.up(cluster)
-    try:
-        command = [sys.executable, "-m", "streaming.cli", "match-job", "--available-now"]
-        command += ["--master", cluster.master_url, "--bootstrap-servers", kafka_conn.bootstrap_servers]
-        command += ["--topic-prefix", topic_prefix, "--checkpoint", str(tmp_path / "ckpt"), "--home", str(tmp_path)]
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert list((tmp_path / "spark" / "work").glob("app-*")), "no application ran on the standalone worker"
-    finally:
-        spark_cluster.down(cluster)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert list((tmp_path / "spark" / "work").glob("app-*")), "no application ran on the standalone worker"
     model: dict[str, str] = {}
     bad_subs = apply_ops(model, subs)
     events = raw_events(kafka_conn, topic_prefix + "siftstream.events.v1")
