@@ -39,7 +39,6 @@ M_FLAGS, M_PSTART, M_PCOUNT, M_MSTART, M_MCOUNT, M_MCAP = 0, 1, 2, 3, 4, 5
 # bucket outcomes
 NONE, FULL, PARTIAL = 0, 1, 2
 
-BLOCK = 256  # words ANDed per pass: 20 attributes x 2 KiB stay in L1
 
 _DEBRUIJN = np.array(
     [

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, cast
 
@@ -260,16 +260,6 @@ class BruteForceIndex:
             slots.extend(j for j, f in enumerate(filters) if f.matches(attrs))
             offsets.append(len(slots))
         return Matches(np.asarray(offsets, dtype=np.int64), np.asarray(slots, dtype=np.int32), names)
-
-
-def apply_changes(index: MatchIndex | BruteForceIndex, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
-    """Apply ``(subscription_id, filter or None)`` changes in order: None removes (if present)."""
-    for sid, filt in changes:
-        if filt is None:
-            if sid in index:
-                index.remove(sid)
-        else:
-            index.add(sid, filt)
 
 
 # keyed by the operators' names: an Enum member hashes in Python code, a str in C
