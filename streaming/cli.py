@@ -298,19 +298,25 @@ def _spark(args: argparse.Namespace) -> Any:
     return build_session(SparkConfig(master=args.master, ui=args.spark_ui), _jars(args))
 
 
+def _job_paths(args: argparse.Namespace, job: str) -> tuple[Path, Path]:
+    """A streaming job's checkpoint folder and stats file: the flags, else under HOME per topic prefix."""
+    home = _home(args)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else home / "checkpoints" / f"{job}{args.topic_prefix}"
+    stats = Path(args.stats) if args.stats else home / "stats" / f"{job}{args.topic_prefix}.jsonl"
+    return checkpoint, stats
+
+
 def _validation_cfg(args: argparse.Namespace) -> Any:
     from streaming.validation_job import ValidationConfig
 
-    home = _home(args)
+    checkpoint, stats = _job_paths(args, "validation")
     return ValidationConfig(
         conn=connection(args),
-        checkpoint=Path(args.checkpoint)
-        if args.checkpoint
-        else home / "checkpoints" / f"validation{args.topic_prefix}",
+        checkpoint=checkpoint,
         topic_prefix=args.topic_prefix,
         available_now=args.available_now,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
-        stats_file=Path(args.stats) if args.stats else home / "stats" / f"validation{args.topic_prefix}.jsonl",
+        stats_file=stats,
     )
 
 
@@ -332,16 +338,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_match_job(args: argparse.Namespace) -> int:
     from streaming.matching_job import MatchingConfig, run
 
-    home = _home(args)
+    checkpoint, stats = _job_paths(args, "matching")
     cfg = MatchingConfig(
         conn=connection(args),
-        checkpoint=Path(args.checkpoint) if args.checkpoint else home / "checkpoints" / f"matching{args.topic_prefix}",
+        checkpoint=checkpoint,
         topic_prefix=args.topic_prefix,
         available_now=args.available_now,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         trigger_interval=args.trigger_interval,
         index=args.index,
-        stats_file=Path(args.stats) if args.stats else home / "stats" / f"matching{args.topic_prefix}.jsonl",
+        stats_file=stats,
     )
     spark = _spark(args)
     print(
@@ -445,6 +451,16 @@ def _spark_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spark-ui", action="store_true", help="start the Spark web UI")
 
 
+def _job_opts(p: argparse.ArgumentParser, job: str) -> None:
+    """The options every streaming job takes: connection, Spark, stop condition, state paths."""
+    _common(p)
+    _spark_opts(p)
+    p.add_argument("--available-now", action="store_true", help="process what is there now, then stop")
+    p.add_argument("--checkpoint", help=f"checkpoint folder (default: HOME/checkpoints/{job})")
+    p.add_argument("--stats", help=f"JSON Lines file for per-batch counts (default: HOME/stats/{job}.jsonl)")
+    p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="siftstream", description="Content-based publish/subscribe on Kafka and Spark."
@@ -534,22 +550,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("validate", help="run the validation / dead-letter job")
-    _common(p)
-    _spark_opts(p)
-    p.add_argument("--available-now", action="store_true", help="process what is there now, then stop")
-    p.add_argument("--checkpoint", help="checkpoint folder (default: HOME/checkpoints/validation)")
-    p.add_argument("--stats", help="JSON Lines file for per-batch counts (default: HOME/stats/validation.jsonl)")
-    p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
+    _job_opts(p, "validation")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("match-job", help="run the matching job: events x subscriptions -> matches topic")
-    _common(p)
-    _spark_opts(p)
-    p.add_argument("--available-now", action="store_true", help="process what is there now, then stop")
-    p.add_argument("--checkpoint", help="checkpoint folder (default: HOME/checkpoints/matching)")
-    p.add_argument("--stats", help="JSON Lines file for per-batch counts (default: HOME/stats/matching.jsonl)")
-    p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
+    _job_opts(p, "matching")
     p.add_argument(
         "--trigger-interval", default="0 seconds", help="micro-batch interval (default: %(default)s, back to back)"
     )
