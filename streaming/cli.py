@@ -229,11 +229,15 @@ def _system(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_qos(args: argparse.Namespace) -> int:
+    if args.action == "predict":
+        from routing import qos
+
+        prediction = qos.predict(_system(args), model=args.model, superposition=args.superposition)
+        print(json.dumps(qos.to_spec_output(prediction), indent=2))
+        return 0
     from producers.overlay import run
     from routing.simulation import to_spec_output
 
-    if args.action != "simulate":
-        raise ValueError("qos predict comes with the reliability work; `qos simulate` is available")
     result = run(_system(args), args.seconds, args.seed)
     print(json.dumps(to_spec_output(result), indent=2))
     return 0
@@ -530,8 +534,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("qos", help="reliability: predict (SPEC.md section 4) or simulate the same network")
     p.add_argument("action", choices=["predict", "simulate"])
     p.add_argument("--system", required=True, help="the SPEC.md section 4 network (JSON)")
-    p.add_argument("--seconds", type=float, default=600.0, help="simulated time (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seconds", type=float, default=600.0, help="simulate: simulated time (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="simulate: the random seed (default: %(default)s)")
+    p.add_argument(
+        "--model",
+        choices=["gg1", "mm1"],
+        default="gg1",
+        help="predict: gg1 (QNA, KLB, waiting-time distribution) or mm1 (the paper's method) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--superposition",
+        choices=["auto", "asymptotic", "hybrid"],
+        default="auto",
+        help="predict, gg1: how flows merge at a broker; auto picks by link jitter (default: %(default)s)",
+    )
     p.set_defaults(func=cmd_qos)
 
     p = sub.add_parser("simulate", help="play a broker overlay: events, link/broker telemetry, receipts")
