@@ -330,10 +330,21 @@ class Grid:
             out[whole + 1 :] += frac * pmf[: self.n - whole - 1]
         return out
 
-    def convolve(self, a: FloatArray, b: FloatArray) -> FloatArray:
-        """The pmf of the sum, truncated to the grid (what falls beyond is late)."""
-        size = 1 << int(2 * self.n - 1).bit_length()
-        out: FloatArray = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)[: self.n]
+    @property
+    def fft_size(self) -> int:
+        """Zero padding that keeps a sum of two grid variables from wrapping around."""
+        return 1 << int(2 * self.n - 1).bit_length()
+
+    def spectrum(self, pmf: FloatArray) -> NDArray[np.complex128]:
+        """The padded transform of ``pmf``, to convolve many pmfs with the same one."""
+        out: NDArray[np.complex128] = np.fft.rfft(pmf, self.fft_size)
+        return out
+
+    def convolve(self, a: FloatArray, b: FloatArray | NDArray[np.complex128]) -> FloatArray:
+        """The pmf of the sum, truncated to the grid (what falls beyond is late); ``b`` may be
+        a :meth:`spectrum`."""
+        fb = b if np.iscomplexobj(b) else self.spectrum(np.asarray(b, dtype=np.float64))
+        out: FloatArray = np.fft.irfft(self.spectrum(a) * fb, self.fft_size)[: self.n]
         return np.maximum(out, 0.0)
 
     def cdf_at(self, pmf: FloatArray, x: float) -> float:
@@ -630,7 +641,9 @@ def _evaluate(net: Network, flows: _Flows, grid: Grid, model: str, rules: list[s
         waits = [gg1_wait_model(rho[b], ca2[b], cs2[b], ds3[b], tau[b]) for b in range(n_b)]
     service_pmf = [grid.pmf(d) for d in net.service]
     delay_pmf = [_broker_delay_pmf(grid, model, service_pmf[b], rho[b], waits[b], tau[b]) for b in range(n_b)]
+    delay_spectrum = [grid.spectrum(p) for p in delay_pmf]
     link_pmf: dict[int, FloatArray] = {}
+    link_spectrum: dict[int, NDArray[np.complex128]] = {}
 
     # Arrival-delay pmf per route hop, shared by hops with the same publisher and link path;
     # a hop's departure pmf (arrival plus the broker's delay) is shared by its children.
@@ -652,14 +665,15 @@ def _evaluate(net: Network, flows: _Flows, grid: Grid, model: str, rules: list[s
         if found is None:
             if link not in link_pmf:
                 link_pmf[link] = grid.pmf(net.link_delay[link])
+                link_spectrum[link] = grid.spectrum(link_pmf[link])
             if par < 0:
                 pmf, mean = link_pmf[link], link_mean[link]
             else:
                 up = int(hop_id[par])
                 b = int(net.link_broker[net.route_link[par]])
                 if up not in departures:
-                    departures[up] = grid.convolve(pmfs[up], delay_pmf[b])
-                pmf = grid.convolve(departures[up], link_pmf[link])
+                    departures[up] = grid.convolve(pmfs[up], delay_spectrum[b])
+                pmf = grid.convolve(departures[up], link_spectrum[link])
                 mean = means[up] + waits[b].mean + tau[b] + link_mean[link]
             found = memo[key] = len(pmfs)
             pmfs.append(pmf)
@@ -675,11 +689,16 @@ def _evaluate(net: Network, flows: _Flows, grid: Grid, model: str, rules: list[s
     delivered = np.zeros(n_s)
     delay_sum = np.zeros(n_s)
     mix = np.zeros((n_s, grid.n))
+    cums: dict[int, FloatArray] = {}
+    edges = (np.arange(grid.n, dtype=np.float64) + 0.5) * grid.step  # cdf_at's interpolation points
     for hop, s_, k_ in zip(to_sub, sub_of, keys, strict=True):
         s, k = int(s_), int(k_)
         pmf = pmfs[int(hop_id[hop])]
         reach = flows.hop_reach[hop]
-        on_time = reach * grid.cdf_at(pmf, float(net.content_lifetime_ms[k]))
+        node = int(hop_id[hop])
+        if node not in cums:
+            cums[node] = np.cumsum(pmf)
+        on_time = reach * float(np.interp(float(net.content_lifetime_ms[k]), edges, cums[node], left=0.0))
         miss[k, s] *= 1.0 - min(on_time, 1.0)
         w = flows.key_rate[k] * reach
         delivered[s] += w
@@ -694,8 +713,26 @@ def _evaluate(net: Network, flows: _Flows, grid: Grid, model: str, rules: list[s
     return _Pass(reliability, mean_delay, p95, ca2, waits, mean_wait, hop_id)
 
 
-def _low_variability(rho: FloatArray, ca2: FloatArray, cs2: FloatArray) -> NDArray[np.bool_]:
-    out: NDArray[np.bool_] = (rho >= _LOW_VARIABILITY_RHO) & (ca2 < _LOW_VARIABILITY_SCV) & (cs2 < _LOW_VARIABILITY_SCV)
+def _source_scv(net: Network, flows: _Flows) -> FloatArray:
+    """Per broker, the rate-weighted inter-publication scv of the publishers whose events it
+    processes (1 where nothing arrives)."""
+    at_broker = np.flatnonzero(net.link_broker[net.route_link] >= 0)
+    b = net.link_broker[net.route_link[at_broker]]
+    w = flows.key_rate[flows.hop_key[at_broker]] * flows.hop_reach[at_broker]
+    pub_scv = np.array([d.scv for d in net.interarrival])
+    scv = pub_scv[net.content_publisher[flows.hop_key[at_broker]]] if len(at_broker) else np.zeros(0)
+    n_b = len(net.broker_ids)
+    total = np.bincount(b, weights=w, minlength=n_b)
+    weighted = np.bincount(b, weights=w * scv, minlength=n_b)
+    out: FloatArray = np.where(total > 0, weighted / np.where(total > 0, total, 1.0), 1.0)
+    return out
+
+
+def _low_variability(rho: FloatArray, source_scv: FloatArray, cs2: FloatArray) -> NDArray[np.bool_]:
+    """Loaded brokers fed by smooth (periodic-like) publishers or with near-constant matching:
+    where two-moment waiting times err most (QUEUEING-NOTES §3.1, §3.4, §3.6)."""
+    smooth = (source_scv < _LOW_VARIABILITY_SCV) | (cs2 < _LOW_VARIABILITY_SCV)
+    out: NDArray[np.bool_] = (rho >= _LOW_VARIABILITY_RHO) & smooth
     return out
 
 
@@ -843,7 +880,7 @@ def predict(
         for r in others:
             low = np.fmin(low, r)
             high = np.fmax(high, r)
-        risky = _low_variability(rho, main.ca2, cs2)
+        risky = _low_variability(rho, _source_scv(net, flows), cs2)
         paths = _path_brokers(net, flows)
         margin = np.array(
             [_BASE_MARGIN + (_LOW_VARIABILITY_MARGIN if any(risky[b] for b in p) else 0.0) for p in paths]
@@ -858,11 +895,12 @@ def predict(
         elif rho[b] >= RHO_WARNING:
             warnings.append(f"{bid}: rho {rho[b]:.2f} >= {RHO_WARNING}, prediction unreliable")
     if model == "gg1":
-        risky = _low_variability(rho, main.ca2, cs2)
-        for i in np.flatnonzero(risky):
+        risky = _low_variability(rho, _source_scv(net, flows), cs2)
+        if risky.any():
+            names = ", ".join(net.broker_ids[i] for i in np.flatnonzero(risky))
             warnings.append(
-                f"{net.broker_ids[i]}: low variability (c_a^2 {main.ca2[i]:.2f}, c_s^2 {cs2[i]:.2f}, "
-                f"rho {rho[i]:.2f}); two-moment waiting times are least accurate here, the interval is wider"
+                f"low variability at {names} (periodic-like publishers or near-constant matching at rho >= "
+                f"{_LOW_VARIABILITY_RHO}): two-moment waiting times are least accurate there; intervals are wider"
             )
 
     matching_rate = flows.key_rate @ net.match * 1000.0 if len(flows.key_rate) else np.zeros(len(net.subscriber_ids))
