@@ -31,8 +31,60 @@ def run(system: dict[str, Any], seconds: float, seed: int, telemetry: bool = Fal
     return simulate(system, seconds, seed, filter_matcher(), collect_telemetry=telemetry)
 
 
-def records(system: dict[str, Any], tel: Telemetry, epoch_ms: int) -> Iterator[tuple[float, str, str, dict[str, Any]]]:
-    """Every telemetry row as ``(time ms, topic name, key, record)``, in time order.
+def setup_records(
+    system: dict[str, Any], epoch_ms: int, min_reliability: float | None = None
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """The overlay's shape as ``(topic, key, record)``: its topology elements (brokers, links with
+    their reliability, publishers and subscribers with their home broker) and one subscription
+    per subscriber (id = the subscriber's id, its filter, ``min_reliability`` as its wish)."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+
+    def element(element_id: str, kind: str, **fields: Any) -> None:
+        record = {
+            "element_id": element_id,
+            "kind": kind,
+            "broker": None,
+            "from": None,
+            "to": None,
+            "cost": None,
+            "bandwidth_mbps": None,
+            "reliability": None,
+            "forbidden_events": [],
+            "updated_at": epoch_ms,
+            **fields,
+        }
+        out.append(("siftstream.topology.v1", element_id, record))
+
+    for b in system["brokers"]:
+        element(b["id"], "broker")
+    for p in system["publishers"]:
+        element(p["id"], "publisher", broker=p["broker"])
+    for s in system["subscribers"]:
+        element(s["id"], "subscriber", broker=s["broker"])
+    for link in system["links"]:
+        name = f"{link['from']}->{link['to']}"
+        element(name, "link", **{"from": link["from"], "to": link["to"], "reliability": float(link["reliability"])})
+    for s in system["subscribers"]:
+        record = {
+            "type": "subscribe",
+            "subscription_id": s["id"],
+            "subscriber_id": s["id"],
+            "broker": s["broker"],
+            "filter": s["filter"],
+            "composite": None,
+            "deadline_ms": None,
+            "min_reliability": min_reliability,
+            "issued_at": epoch_ms,
+        }
+        out.append(("siftstream.subscriptions.v1", s["id"], record))
+    return out
+
+
+def records(
+    system: dict[str, Any], tel: Telemetry, epoch_ms: int, min_reliability: float | None = None
+) -> Iterator[tuple[float, str, str, dict[str, Any]]]:
+    """Every row as ``(time ms, topic name, key, record)``, in time order: first the overlay's
+    shape (:func:`setup_records`, at the earliest time), then events, telemetry and receipts.
 
     Simulated times (ms from the start of the counting window) are shifted by ``epoch_ms``.
     Event ids are ``<publisher>-<index>``; an event's attributes are those of its content entry.
@@ -40,7 +92,10 @@ def records(system: dict[str, Any], tel: Telemetry, epoch_ms: int) -> Iterator[t
     content = {p["id"]: [c["attributes"] for c in p["content"]] for p in system["publishers"]}
     ev = tel.events
     event_ids = [f"{tel.publisher_ids[p]}-{i}" for i, p in enumerate(ev.publisher.tolist())]
-    rows: list[tuple[float, str, str, dict[str, Any]]] = []
+    start = float(ev.published_at_ms.min()) if len(ev.published_at_ms) else 0.0
+    rows: list[tuple[float, str, str, dict[str, Any]]] = [
+        (start - 1.0, topic, key, record) for topic, key, record in setup_records(system, epoch_ms, min_reliability)
+    ]
     for i, (p, c, t, life) in enumerate(
         zip(
             ev.publisher.tolist(),
@@ -129,11 +184,13 @@ def records(system: dict[str, Any], tel: Telemetry, epoch_ms: int) -> Iterator[t
                 {"subscriber_id": sub, "event_id": event_ids[e], "received_at": epoch_ms + int(at)},
             )
         )
-    rows.sort(key=lambda r: r[0])
+    rows.sort(key=lambda r: r[0])  # stable: the setup rows stay first, in order
     yield from rows
 
 
 SCHEMA_OF = {
+    "siftstream.topology.v1": "TopologyElement",
+    "siftstream.subscriptions.v1": "Subscription",
     "siftstream.events.v1": "Event",
     "siftstream.telemetry.links.v1": "LinkSample",
     "siftstream.telemetry.brokers.v1": "BrokerSample",
