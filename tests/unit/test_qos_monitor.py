@@ -1,0 +1,182 @@
+"""The QoS monitor fed with a simulated overlay's records, as the QoS job feeds it from Kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from producers import overlay
+from routing.estimation import EstimationConfig
+from routing.qos_monitor import MonitorConfig, QosMonitor
+from routing.simulation import SimulationResult, reliability_tree_system
+from routing.subscriptions import SubscriptionRecord
+
+EPOCH = 10_000_000.0  # simulated ms -> "wall" ms, so warm-up times stay positive
+CHUNK_MS = 10_000.0
+LATENESS_MS = 5_000.0
+
+
+def small_system() -> dict[str, Any]:
+    return reliability_tree_system(
+        5, brokers=6, publishers=4, subscribers=15, rate_per_s=4.0, ms_per_subscription=3.0, content_entries=12
+    )
+
+
+@pytest.fixture(scope="module")
+def run() -> tuple[dict[str, Any], SimulationResult]:
+    system = small_system()
+    return system, overlay.run(system, 400.0, seed=4, telemetry=True)
+
+
+def setup(monitor: QosMonitor, system: dict[str, Any], min_reliability: float) -> None:
+    shape = overlay.setup_records(system, int(EPOCH), min_reliability)
+    monitor.apply_topology([(key, rec) for topic, key, rec in shape if topic == "siftstream.topology.v1"])
+    subs = [rec for topic, _key, rec in shape if topic == "siftstream.subscriptions.v1"]
+    rejected = monitor.apply_subscriptions(
+        [
+            SubscriptionRecord(
+                key=r["subscription_id"], op=r["type"], subscription_id=r["subscription_id"], filter=r["filter"]
+            )
+            for r in subs
+        ],
+        subs,
+    )
+    assert rejected == []
+
+
+def feed(monitor: QosMonitor, system: dict[str, Any], result: SimulationResult, start: float, end: float) -> list[Any]:
+    """Hand the monitor everything the overlay emitted in [start, end) simulated ms, then report."""
+    tel = result.telemetry
+    assert tel is not None
+    content = {p["id"]: [c["attributes"] for c in p["content"]] for p in system["publishers"]}
+    ev = tel.events
+    mine = np.flatnonzero((ev.published_at_ms >= start) & (ev.published_at_ms < end))
+    pubs = [tel.publisher_ids[p] for p in ev.publisher[mine]]
+    monitor.add_events(
+        [f"e{i}" for i in mine],
+        pubs,
+        ev.published_at_ms[mine] + EPOCH,
+        ev.lifetime_ms[mine],
+        [content[p][c] for p, c in zip(pubs, ev.content[mine], strict=True)],
+    )
+    ls = tel.links
+    rows = np.flatnonzero((ls.sent_at_ms >= start) & (ls.sent_at_ms < end))
+    monitor.add_link_samples(
+        [tel.link_from[i] for i in ls.link[rows]],
+        [tel.link_to[i] for i in ls.link[rows]],
+        ls.seq[rows],
+        ls.sent_at_ms[rows] + EPOCH,
+        ls.delay_ms[rows],
+        ls.lost[rows],
+    )
+    bs = tel.brokers
+    rows = np.flatnonzero((bs.arrived_at_ms >= start) & (bs.arrived_at_ms < end))
+    monitor.add_broker_samples(
+        [tel.broker_ids[b] for b in bs.broker[rows]],
+        bs.arrived_at_ms[rows] + EPOCH,
+        bs.wait_ms[rows],
+        bs.service_ms[rows],
+    )
+    rc = tel.receipts
+    rows = np.flatnonzero((rc.received_at_ms >= start) & (rc.received_at_ms < end))
+    monitor.add_receipts(
+        [tel.subscriber_ids[s] for s in rc.subscriber[rows]],
+        [f"e{i}" for i in rc.event[rows]],
+        rc.received_at_ms[rows] + EPOCH,
+    )
+    out = []
+    for window_end in monitor.advance(end + EPOCH - LATENESS_MS):
+        out.append(monitor.report(window_end))
+    return out
+
+
+def config() -> MonitorConfig:
+    return MonitorConfig(
+        update_period_ms=10_000, estimation=EstimationConfig(bucket_ms=10_000, buckets=30), min_events=20
+    )
+
+
+def test_reports_predict_measure_and_explain(run: tuple[dict[str, Any], SimulationResult]) -> None:
+    system, result = run
+    monitor = QosMonitor(config())
+    setup(monitor, system, min_reliability=0.999)
+    reports = []
+    t = -20_000.0
+    while t < 400_000.0:
+        reports += feed(monitor, system, result, t, t + CHUNK_MS)
+        t += CHUNK_MS
+    assert len(reports) >= 30
+    records, problems = reports[-1]
+    subs = {r["id"]: r for r in records if r["kind"] == "subscriber"}
+    brokers = {r["id"]: r for r in records if r["kind"] == "broker"}
+    assert set(subs) == {s["id"] for s in system["subscribers"]}
+    assert set(brokers) == {b["id"] for b in system["brokers"]}
+
+    # Prediction from estimated inputs agrees with measurement, subscriber by subscriber.
+    pairs = [
+        (r["reliability"], r["measured_reliability"])
+        for r in subs.values()
+        if r["reliability"] is not None and r["measured_reliability"] is not None
+    ]
+    assert len(pairs) >= 10
+    gaps = np.abs(np.subtract(*zip(*pairs, strict=True)))
+    assert gaps.mean() < 0.05, pairs
+    for r in subs.values():
+        if r["reliability"] is not None:
+            assert r["reliability_low"] <= r["reliability"] <= r["reliability_high"]
+
+    # Measured numbers are the simulator's (a 300 s window of the same run).
+    truth = result.subscribers
+    close = [
+        abs(r["measured_reliability"] - truth[sid].reliability) for sid, r in subs.items() if r["measured_reliability"]
+    ]
+    assert np.mean(close) < 0.05
+
+    # A wish of 0.999 is missed: critical alerts that name real elements of the overlay.
+    names = {b["id"] for b in system["brokers"]} | {f"{link['from']}->{link['to']}" for link in system["links"]}
+    critical = [r for r in subs.values() if r["alert"] and r["alert"]["severity"] == "critical"]
+    assert critical
+    for r in critical:
+        assert "below the wished 0.999" in r["alert"]["message"]
+        assert r["alert"]["contributors"]
+        assert {c["element"] for c in r["alert"]["contributors"]} <= names
+        shares = [c["share"] for c in r["alert"]["contributors"]]
+        assert shares == sorted(shares, reverse=True)
+
+    # Broker load is the measured one.
+    for bid, r in brokers.items():
+        assert r["rho"] == pytest.approx(result.brokers[bid].rho, abs=0.05)
+        assert r["arrival_rate_per_s"] == pytest.approx(result.brokers[bid].arrival_rate_per_s, rel=0.1, abs=0.1)
+    # Every broker had telemetry: none of them is reported as lacking data.
+    assert not [p for p in problems if p.startswith("no data: broker")]
+
+
+def test_state_round_trip_gives_the_same_reports(run: tuple[dict[str, Any], SimulationResult]) -> None:
+    system, result = run
+    a = QosMonitor(config())
+    setup(a, system, min_reliability=0.9)
+    t = -20_000.0
+    while t < 100_000.0:
+        feed(a, system, result, t, t + CHUNK_MS)
+        t += CHUNK_MS
+    b = QosMonitor.from_bytes(a.to_bytes())
+    out_a = feed(a, system, result, t, t + 3 * CHUNK_MS)
+    out_b = feed(b, system, result, t, t + 3 * CHUNK_MS)
+    assert out_a == out_b
+    assert out_a
+
+
+def test_unsubscribe_and_bad_filters() -> None:
+    monitor = QosMonitor(config())
+    rejected = monitor.apply_subscriptions(
+        [
+            SubscriptionRecord(key="a", op="subscribe", subscription_id="a", filter="x > 1"),
+            SubscriptionRecord(key="b", op="subscribe", subscription_id="b", filter="x >"),
+            SubscriptionRecord(key="a", op="unsubscribe", subscription_id="a"),
+        ],
+        [{"subscriber_id": "u1"}, {"subscriber_id": "u2"}, {}],
+    )
+    assert [code for code, _ in rejected] == ["invalid_filter"]
+    assert monitor.wishes == {}
