@@ -256,7 +256,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     result = overlay.run(system, args.seconds, args.seed, telemetry=True)
     sim_s = _time.monotonic() - started
     assert result.telemetry is not None
-    rows = overlay.records(system, result.telemetry, int(_time.time() * 1000))
+    rows = overlay.records(system, result.telemetry, int(_time.time() * 1000), args.min_reliability)
     truth = to_spec_output(result)
     if args.out:
         import orjson
@@ -366,6 +366,41 @@ def cmd_match_job(args: argparse.Namespace) -> int:
         f"{sum(b.rejected_events for b in history):,} events and "
         f"{sum(b.rejected_subscriptions for b in history):,} subscription records dead-lettered, "
         f"{sum(b.matches for b in history):,} matches",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_qos_job(args: argparse.Namespace) -> int:
+    from streaming.qos_job import QosConfig, run
+
+    checkpoint, stats = _job_paths(args, "qos")
+    cfg = QosConfig(
+        conn=connection(args),
+        checkpoint=checkpoint,
+        topic_prefix=args.topic_prefix,
+        available_now=args.available_now,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        trigger_interval=args.trigger_interval,
+        update_period_ms=int(args.update_period_s * 1000),
+        window_buckets=args.window_periods,
+        lateness_ms=int(args.lateness_s * 1000),
+        model=args.model,
+        stats_file=stats,
+    )
+    spark = _spark(args)
+    print(
+        f"[qos] topology, subscriptions, events, telemetry, receipts -> {cfg.topic('siftstream.qos.v1')} every "
+        f"{args.update_period_s:g} s (window {args.update_period_s * args.window_periods:g} s), "
+        f"checkpoint {checkpoint}",
+        file=sys.stderr,
+    )
+    history = run(spark, cfg, quiet=args.quiet)
+    spark.stop()
+    print(
+        f"[qos] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
+        f"{sum(b.dead_letters for b in history):,} dead-lettered, {sum(b.reports for b in history):,} reports, "
+        f"{sum(b.alerts for b in history):,} alerts",
         file=sys.stderr,
     )
     return 0
@@ -563,7 +598,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="emit in real time: 1 = as simulated, 10 = ten times faster, 0 = flat out (default)",
     )
     p.add_argument("--verbose", action="store_true", help="also print the per-subscriber ground truth")
+    p.add_argument(
+        "--min-reliability",
+        type=float,
+        help="the QoS wish written into each simulated subscriber's subscription (default: none)",
+    )
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("qos-job", help="run the QoS job: telemetry and receipts -> predicted and measured reliability")
+    _job_opts(p, "qos")
+    p.add_argument("--trigger-interval", default="5 seconds", help="micro-batch interval (default: %(default)s)")
+    p.add_argument("--update-period-s", type=float, default=10.0, help="report period (default: %(default)s)")
+    p.add_argument(
+        "--window-periods", type=int, default=30, help="estimates cover this many periods (default: %(default)s)"
+    )
+    p.add_argument(
+        "--lateness-s", type=float, default=5.0, help="how late telemetry and receipts may come (default: %(default)s)"
+    )
+    p.add_argument("--model", choices=["gg1", "mm1"], default="gg1", help="reliability model (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_qos_job)
 
     p = sub.add_parser("validate", help="run the validation / dead-letter job")
     _job_opts(p, "validation")
