@@ -192,38 +192,30 @@ def _verdict(spec: TopicSpec, rec: Column) -> Column:
     return verdict.otherwise(out(None, None))
 
 
+class TopicDecoder:
+    """:func:`decode` for one topic with its column expressions built once.
+
+    Building Spark columns from Python costs hundreds of py4j calls; a job that decodes in every
+    micro-batch (``foreachBatch``) keeps one decoder per topic and applies it to each batch.
+    """
+
+    def __init__(self, spec: TopicSpec) -> None:
+        self.spec = spec
+        self._header = F.substring(F.col("value"), 1, HEADER_LEN)
+        self._record = _record(spec.schema)
+        self._verdict = _verdict(spec, F.col("record"))
+
+    def __call__(self, df: DataFrame) -> DataFrame:
+        # header and record are computed once per row into columns that the checks then read
+        framed = df.withColumn("_header", self._header)
+        with_rec = framed.withColumn("record", self._record).withColumn("_verdict", self._verdict)
+        return with_rec.select(*df.columns, "record", "_verdict.error_code", "_verdict.reason")
+
+
 def decode(df: DataFrame, spec: TopicSpec) -> DataFrame:
     """Kafka rows of one topic -> the same rows plus ``record`` (the decoded struct),
     ``error_code`` and ``reason`` (null for good records). Split with ``good``/``bad``."""
-    # header and record are computed once per row into columns that the checks then read
-    framed = df.withColumn("_header", F.substring(F.col("value"), 1, HEADER_LEN))
-    with_rec = framed.withColumn("record", _record(spec.schema)).withColumn("_verdict", _verdict(spec, F.col("record")))
-    return with_rec.select(*df.columns, "record", "_verdict.error_code", "_verdict.reason")
-
-
-def decode_topics(df: DataFrame, specs: dict[str, TopicSpec]) -> DataFrame:
-    """Kafka rows of several topics (``specs``: topic name as read -> its spec) in one pass ->
-    the same rows plus one decoded struct per topic, ``rec_<i>`` for the i-th entry of ``specs``
-    (null on other topics' rows), and ``error_code``/``reason`` as :func:`decode` gives them.
-
-    Each row is decoded only with its own topic's schema (a CASE on ``topic``), so a job that
-    reads many topics scans its source once instead of once per topic.
-    """
-    framed = df.withColumn("_header", F.substring(F.col("value"), 1, HEADER_LEN))
-    topic = F.col("topic")
-    recs = [F.when(topic == name, _record(s.schema)).alias(f"rec_{i}") for i, (name, s) in enumerate(specs.items())]
-    with_recs = framed.select("*", *recs)
-    verdict: Any = None
-    for i, (name, spec) in enumerate(specs.items()):
-        v = _verdict(spec, F.col(f"rec_{i}"))
-        verdict = F.when(topic == name, v) if verdict is None else verdict.when(topic == name, v)
-    unknown = F.struct(
-        F.lit("unknown_topic").alias("error_code"), F.concat(F.lit("no decoder for topic "), topic).alias("reason")
-    )
-    checked = with_recs.withColumn("_verdict", verdict.otherwise(unknown))
-    return checked.select(
-        *df.columns, *[f"rec_{i}" for i in range(len(specs))], "_verdict.error_code", "_verdict.reason"
-    )
+    return TopicDecoder(spec)(df)
 
 
 def good(decoded: DataFrame) -> DataFrame:
