@@ -54,6 +54,7 @@ from routing.subscriptions import SubscriptionRecord, plan_change
 __all__ = ["MonitorConfig", "QosMonitor", "SubscriptionWish"]
 
 _ZERO = {"kind": "deterministic", "value": 0.0}
+_UNBOUNDED_MS = 1e9  # a contributor delay this large comes from a saturated broker (rho >= 1)
 _WAIT_MISMATCH = 0.5  # broker warning when |model wait - measured wait| > this x measured wait
 
 
@@ -410,7 +411,8 @@ class QosMonitor:
         if alerts:
             severity = "critical" if any(s == "critical" for s, _m in alerts) else "warning"
             blame = ", ".join(
-                f"{c['element']} ({c['share']:.0%} of misses, {c['delay_ms']:.0f} ms"
+                f"{c['element']} ({c['share']:.0%} of misses, "
+                + (f"{c['delay_ms']:.0f} ms" if c["delay_ms"] < _UNBOUNDED_MS else "unbounded delay")
                 + (f", rho {c['utilisation']:.2f})" if c["utilisation"] is not None else ")")
                 for c in contributors
             )

@@ -2,7 +2,10 @@
 
 Today the pipeline is: local broker up, topics, a burst of events (a few deliberately bad) and
 link telemetry, the validation job over everything new, and a summary of what was accepted and
-what went to the dead letter and why. Later capabilities join this same command.
+what went to the dead letter and why; then a simulated broker overlay (the reliability paper's
+20-broker tree) publishes its topology, subscriptions with a reliability wish, events, telemetry
+and receipts, and the QoS job turns them into predicted and measured reliability per
+subscriber, with alerts. Later capabilities join this same command.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infra.connection import KafkaConnection
 
@@ -27,6 +31,9 @@ class DemoConfig:
     bad_fraction: float = 0.02
     seed: int = 0
     master: str = "local[2]"
+    overlay_seconds: float = 180.0
+    min_reliability: float = 0.9
+    lifetime_ms: float = 4000.0
 
 
 def _say(text: str) -> None:
@@ -149,8 +156,99 @@ def run_demo(cfg: DemoConfig) -> int:
     expected_ok = result.good + tele_good
     got_ok = sum(v for k, v in counts.items() if k.startswith("ok|"))
     verdict = "every record accounted for" if got_ok == expected_ok else f"MISMATCH: expected {expected_ok} accepted"
+    console.print(verdict)
+
+    qos_ok = _qos_stage(cfg, conn, jars, console)
     console.print(
-        f"{verdict}; finished in {time.monotonic() - t0:.0f}s. The broker keeps running: "
-        "`siftstream infra down` stops it."
+        f"finished in {time.monotonic() - t0:.0f}s. The broker keeps running: `siftstream infra down` stops it."
     )
-    return 0 if got_ok == expected_ok else 1
+    return 0 if got_ok == expected_ok and qos_ok else 1
+
+
+def _qos_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) -> bool:
+    """Simulate the overlay into Kafka, run the QoS job (its checkpoint persists across runs, as a
+    deployment's would), and print its latest report per subscriber and broker."""
+    from rich.table import Table
+
+    from infra.topics import ensure_topics
+    from producers import overlay
+    from producers.kafka_writer import KafkaWriter
+    from routing.simulation import reliability_tree_system, to_spec_output
+    from schemas.codec import codec_for
+    from streaming.qos_job import QosConfig, run
+    from streaming.readers import read_topic
+    from streaming.session import SparkConfig, build_session
+
+    # The overlay is its own deployment: its topics carry a prefix, so the demo events above (whose
+    # publisher and event ids look alike) never mix with it.
+    prefix = "demo-overlay."
+    ensure_topics(conn, prefix)
+    system = reliability_tree_system(cfg.seed + 1, lifetime_ms=cfg.lifetime_ms)
+    _say(
+        f"simulating {cfg.overlay_seconds:g} s of a 20-broker overlay (8 publishers, 100 subscribers wishing "
+        f"{cfg.min_reliability:g} of the events within their {cfg.lifetime_ms:g} ms lifetime) and publishing it"
+    )
+    result = overlay.run(system, cfg.overlay_seconds, cfg.seed + int(time.time()) % 1000, telemetry=True)
+    assert result.telemetry is not None
+    started_ms = int(time.time() * 1000)
+    rows = overlay.records(system, result.telemetry, started_ms - int(cfg.overlay_seconds * 1000), cfg.min_reliability)
+    writer = KafkaWriter(conn)
+    codecs = {t: codec_for(name) for t, name in overlay.SCHEMA_OF.items()}
+    sent = 0
+    for _t, topic, key, record in rows:
+        writer.send(prefix + topic, key, codecs[topic].encode(record))
+        sent += 1
+    report = writer.flush()
+    if report.failed:
+        raise RuntimeError(f"overlay records not delivered: {report.errors}")
+    _say(f"{sent:,} overlay records published; running the QoS job (Spark, available-now)")
+    qcfg = QosConfig(
+        conn=conn, checkpoint=cfg.home / "checkpoints" / "qos-demo", topic_prefix=prefix, available_now=True
+    )
+    spark = build_session(SparkConfig(master=cfg.master), jars)
+    spark.sparkContext.setLogLevel("ERROR")
+    history = run(spark, qcfg, quiet=True)
+    spark.stop()
+    reports = [r.value for r in read_topic(conn, prefix + "siftstream.qos.v1", "QosReport")]
+    if not reports:
+        console.print("QoS job wrote no report")
+        return False
+    end = max(r["window_end"] for r in reports)
+    latest = [r for r in reports if r["window_end"] == end]
+    subs = sorted(
+        (r for r in latest if r["kind"] == "subscriber" and r["reliability"] is not None),
+        key=lambda r: r["reliability"],
+    )
+    truth = to_spec_output(result)["subscribers"]
+    table = Table(title=f"SiftStream QoS: the 12 least reliable subscribers, window ending {time.ctime(end / 1000)}")
+    for col in ("subscriber", "predicted R' [90%]", "measured R", "simulator", "p95 ms pred/meas", "alert"):
+        table.add_column(col)
+    for r in subs[:12]:
+        alert = r["alert"]
+        blame = ""
+        if alert:
+            top = alert["contributors"][0] if alert["contributors"] else None
+            blame = f"{alert['severity']}: {top['element']} {top['share']:.0%}" if top else alert["severity"]
+        meas = r["measured_reliability"]
+        sim = truth.get(r["id"], {}).get("reliability")
+        table.add_row(
+            r["id"],
+            f"{r['reliability']:.3f} [{r['reliability_low']:.2f}-{r['reliability_high']:.2f}]",
+            "-" if meas is None else f"{meas:.3f}",
+            "-" if sim is None else f"{sim:.3f}",
+            f"{r['p95_delay_ms'] or 0:.0f} / {r['measured_p95_delay_ms'] or 0:.0f}",
+            blame,
+        )
+    console.print(table)
+    brokers = sorted((r for r in latest if r["kind"] == "broker"), key=lambda r: -(r["rho"] or 0.0))[:5]
+    console.print(
+        "busiest brokers: "
+        + ", ".join(f"{r['id']} rho {r['rho']:.2f} wait {r['mean_wait_ms'] or 0:.0f} ms" for r in brokers)
+    )
+    alerts = [r for r in latest if r["alert"]]
+    console.print(
+        f"{len(subs)} subscribers reported, {len(alerts)} alerts in the latest window; "
+        f"{sum(len(b.windows) for b in history)} windows this run. Example alert: "
+        + (alerts[0]["alert"]["message"] if alerts else "none")
+    )
+    return True

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,8 +207,16 @@ def run(spark: SparkSession, cfg: ValidationConfig, quiet: bool = False) -> None
         for q in queries:
             if q.isActive:
                 q.stop()
-        # listener events are delivered asynchronously: give the last one a moment to land
-        time.sleep(0.5)
         spark.streams.removeListener(listener)
+        # Listener events arrive asynchronously and may still be on their way (a loaded machine
+        # delays them by seconds): write every batch the queries remember, synchronously.
+        # read_stats counts each (query, batch id) once, so a batch the listener wrote too is fine.
+        if cfg.stats_file is not None:
+            lines = [batch_summary(p) for q in queries for p in q.recentProgress]
+            cfg.stats_file.parent.mkdir(parents=True, exist_ok=True)
+            with cfg.stats_file.open("a") as f:
+                for line in lines:
+                    if line is not None and line["input_rows"]:
+                        f.write(json.dumps(line) + "\n")
     if failed is not None:
         raise RuntimeError(f"validation query {failed.name} failed: {failed.exception()}")
