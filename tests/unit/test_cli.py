@@ -76,8 +76,10 @@ def test_simulate_writes_telemetry_files_and_ground_truth(tmp_path: Path) -> Non
         "events.jsonl",
         "ground_truth.json",
         "receipts.jsonl",
+        "subscriptions.jsonl",
         "telemetry.brokers.jsonl",
         "telemetry.links.jsonl",
+        "topology.jsonl",
     ]
     truth = json.loads((tmp_path / "ground_truth.json").read_text())
     assert len(truth["subscribers"]) == 100 and len(truth["brokers"]) == 20
