@@ -42,6 +42,9 @@ bench: jars
 	$(BIN)/python bench/producers.py
 	$(BIN)/python bench/matching.py
 	$(BIN)/python bench/matching_e2e.py
+	$(BIN)/python bench/qos_accuracy.py
+	$(BIN)/python bench/qos_predict_scale.py
+	$(BIN)/python bench/qos_job.py
 
 lint: setup
 	$(BIN)/ruff check .

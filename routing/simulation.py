@@ -67,11 +67,12 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -83,25 +84,32 @@ __all__ = [
     "TICKS_PER_MS",
     "BrokerSamples",
     "BrokerStats",
+    "BulkMatcher",
     "Draws",
     "EventTable",
     "LinkSamples",
     "Matcher",
+    "Matching",
     "Network",
+    "Overlay",
     "Receipts",
+    "RouteTree",
     "Schedule",
     "SimulationResult",
     "SubscriberStats",
     "Telemetry",
+    "compile_routes",
     "compile_system",
     "draw_inputs",
     "fifo_departures",
+    "match_content",
     "measure",
     "reliability_tree_system",
     "simulate",
     "solve",
     "solve_reference",
     "to_spec_output",
+    "validate_system",
     "wilson_interval",
 ]
 
@@ -121,13 +129,29 @@ _RHO_WARNING = 0.95  # QUEUEING-NOTES §7: rho >= 0.95 marks a broker saturated
 
 
 # --------------------------------------------------------------------------------------------
-# The compiled network
+# The compiled network: the validated system, its matching and its routes
 # --------------------------------------------------------------------------------------------
 
 
+@runtime_checkable
+class BulkMatcher(Protocol):
+    """A :data:`Matcher` that can also match many filters against many events in one call.
+
+    :func:`match_content` uses ``match_many`` when the matcher has it (``routing.qos.filter_matcher``
+    does, through :class:`routing.matching.MatchIndex`) and calls the matcher once per (distinct
+    filter, distinct attribute set) otherwise.
+    """
+
+    def __call__(self, text: str, attributes: Mapping[str, object]) -> bool: ...
+
+    def match_many(self, texts: Sequence[str], events: Sequence[Mapping[str, object]]) -> BoolArray:
+        """``out[e, f]``: event ``events[e]`` matches filter ``texts[f]``, exactly as ``self(texts[f], events[e])``."""
+        ...
+
+
 @dataclass(frozen=True, eq=False)
-class Network:
-    """A validated SPEC §4 system with its filter propagation done (the paper's §4.1).
+class Overlay:
+    """A validated SPEC §4 system, before filter propagation (:func:`validate_system`).
 
     Nodes are indexed per kind (brokers, publishers, subscribers) in document order. Content
     entries of all publishers are flattened into one index ``k`` ("content key"): publisher
@@ -152,14 +176,53 @@ class Network:
         Per link, the index of the subscriber it ends at, or -1.
     link_source_broker : int array
         Per link, the index of the broker it starts at, or -1 for a publisher's link.
+    link_reverse : int array
+        Per link, the link in the opposite direction, or -1 (events never go back over it: the
+        paper's up(l), eq. 2).
     publisher_link : int array
         Per publisher, its link to its home broker.
+    subscriber_link : int array
+        Per subscriber, its link from its home broker.
+    subscriber_filter : tuple of str
+        Per subscriber, its SPEC §1 filter text.
     content_publisher, content_index : int array
         Per content key, the publisher and the entry's position in its ``content``.
     content_p, content_lifetime_ms : float array
         Per content key, its probability within the publisher and the event lifetime.
     content_attributes : tuple of mapping
         Per content key, the event attributes.
+    """
+
+    broker_ids: tuple[str, ...]
+    publisher_ids: tuple[str, ...]
+    subscriber_ids: tuple[str, ...]
+    service: tuple[Distribution, ...]
+    interarrival: tuple[Distribution, ...]
+    link_from: tuple[str, ...]
+    link_to: tuple[str, ...]
+    link_reliability: FloatArray
+    link_delay: tuple[Distribution, ...]
+    link_broker: IntArray
+    link_subscriber: IntArray
+    link_source_broker: IntArray
+    link_reverse: IntArray
+    publisher_link: IntArray
+    subscriber_link: IntArray
+    subscriber_filter: tuple[str, ...]
+    content_publisher: IntArray
+    content_index: IntArray
+    content_p: FloatArray
+    content_lifetime_ms: FloatArray
+    content_attributes: tuple[Mapping[str, object], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Network(Overlay):
+    """An :class:`Overlay` with its filter propagation done densely (the paper's §4.1): the
+    simulator's input (:func:`compile_system`).
+
+    Attributes
+    ----------
     match : bool array, shape (keys, subscribers)
         ``match[k, s]``: an event with content k matches subscriber s's filter.
     downstream : bool array, shape (links, subscribers)
@@ -175,24 +238,6 @@ class Network:
         topological order; a component with one broker needs one FIFO pass.
     """
 
-    broker_ids: tuple[str, ...]
-    publisher_ids: tuple[str, ...]
-    subscriber_ids: tuple[str, ...]
-    service: tuple[Distribution, ...]
-    interarrival: tuple[Distribution, ...]
-    link_from: tuple[str, ...]
-    link_to: tuple[str, ...]
-    link_reliability: FloatArray
-    link_delay: tuple[Distribution, ...]
-    link_broker: IntArray
-    link_subscriber: IntArray
-    link_source_broker: IntArray
-    publisher_link: IntArray
-    content_publisher: IntArray
-    content_index: IntArray
-    content_p: FloatArray
-    content_lifetime_ms: FloatArray
-    content_attributes: tuple[Mapping[str, object], ...]
     match: BoolArray
     downstream: BoolArray
     route_offset: IntArray
@@ -200,6 +245,67 @@ class Network:
     route_parent: IntArray
     route_depth: IntArray
     components: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Matching:
+    """Which subscribers each content entry matches (:func:`match_content`), kept factored
+    through the distinct attribute sets and the distinct filter texts: content key k matches
+    subscriber s iff ``table[key_class[k], filter_class[s]]``.
+
+    Examples
+    --------
+    >>> m = Matching(np.array([0, 1, 0]), np.array([1, 0]), np.array([[True, False], [False, True]]))
+    >>> m.dense().astype(int).tolist()  # keys 0 and 2 share their attributes
+    [[0, 1], [1, 0], [0, 1]]
+    """
+
+    key_class: IntArray
+    filter_class: IntArray
+    table: BoolArray
+
+    def dense(self) -> BoolArray:
+        """``match[k, s]``, shape (keys, subscribers)."""
+        out: BoolArray = self.table[self.key_class][:, self.filter_class]
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class RouteTree:
+    """The potential routes of all content entries, shared per publisher (:func:`compile_routes`).
+
+    The paper's filter propagation (§4.1) sends content key k of publisher p over link l iff
+    some subscriber downstream of l matches k. Every route of p is then a subtree of one tree of
+    paths: a *node* is a path of links from p to a broker that some event of p can travel (for a
+    tree overlay, one node per (publisher, broker) reached), a *leaf* is a node's link on to a
+    subscriber that matches some content of p. Key k crosses node n's last link iff k is among
+    ``node_key[node_key_offset[n]:node_key_offset[n + 1]]`` (every key of p crosses p's own
+    link), and crosses leaf (n, s)'s link iff s matches k. Unlike :class:`Network` nothing here
+    is per (link, subscriber) or per (content key, hop), so a system with 10^5 subscribers
+    stays small.
+
+    Attributes
+    ----------
+    node_publisher, node_link, node_broker, node_parent, node_depth : int array
+        Per node: its publisher, its last link, the broker that link ends at, the node it
+        extends (-1 for the publisher's own link) and its number of links after the first.
+        Nodes are ordered by depth, so parents come before children.
+    node_key_offset, node_key : int array
+        The content keys that cross each node's last link, in CSR form.
+    leaf_node, leaf_subscriber : int array
+        Per leaf: its node and its subscriber (the leaf's link is that subscriber's link).
+        Leaves are ordered by node.
+    """
+
+    node_publisher: IntArray
+    node_link: IntArray
+    node_broker: IntArray
+    node_parent: IntArray
+    node_depth: IntArray
+    node_key_offset: IntArray
+    node_key: IntArray
+    leaf_node: IntArray
+    leaf_subscriber: IntArray
 
 
 def _fail(where: str, message: str) -> ValueError:
@@ -236,25 +342,45 @@ def _number(obj: Mapping[str, object], key: str, where: str, low: float, high: f
     return float(value)
 
 
+def _dist_key(spec: dict[object, object]) -> tuple[object, ...]:
+    return tuple(spec.items()), tuple(map(type, spec.values()))
+
+
+def _distribution(spec: object, where: str, cache: dict[object, Distribution]) -> Distribution:
+    """:func:`parse_distribution`, memoised on the DIST's items and their types (so that 1, 1.0
+    and True stay apart); a DIST with an unhashable value (an empirical list) is parsed anew."""
+    if type(spec) is not dict:
+        return parse_distribution(spec, where)
+    key = _dist_key(spec)
+    try:
+        found = cache.get(key)
+    except TypeError:
+        return parse_distribution(spec, where)
+    if found is None:
+        found = cache[key] = parse_distribution(spec, where)
+    return found
+
+
 def _check_link_cycles(
     link_from: Sequence[str], link_to: Sequence[str], broker_index: Mapping[str, int], reverse: Sequence[int]
 ) -> None:
     """Reject link cycles that events could travel: l' feeds l when l' ends where l starts and l
-    is not l''s reverse (the paper's up(l), eq. 2). Kahn's algorithm; a left-over link lies on
-    or behind a cycle, and walking predecessors from it finds the cycle to report."""
+    is not l''s reverse (the paper's up(l), eq. 2). Kahn's algorithm over the links that end at
+    brokers (a link to a subscriber feeds nothing, so it lies on no cycle); a left-over link lies
+    on or behind a cycle, and walking predecessors from the first left-over link finds the cycle
+    to report (a link to a subscriber behind a cycle counts as left over: the walk then starts at
+    the first left-over link into its broker)."""
     n = len(link_from)
+    inner = [i for i in range(n) if link_to[i] in broker_index]
     starting: dict[str, list[int]] = {}
-    for i in range(n):
+    for i in inner:
         starting.setdefault(link_from[i], []).append(i)
-    successors = [
-        [j for j in starting.get(link_to[i], []) if j != reverse[i]] if link_to[i] in broker_index else []
-        for i in range(n)
-    ]
-    indegree = [0] * n
-    for succ in successors:
+    successors = {i: [j for j in starting.get(link_to[i], []) if j != reverse[i]] for i in inner}
+    indegree = dict.fromkeys(inner, 0)
+    for succ in successors.values():
         for j in succ:
             indegree[j] += 1
-    ready = [i for i in range(n) if indegree[i] == 0]
+    ready = [i for i in inner if indegree[i] == 0]
     done = 0
     while ready:
         i = ready.pop()
@@ -263,14 +389,18 @@ def _check_link_cycles(
             indegree[j] -= 1
             if indegree[j] == 0:
                 ready.append(j)
-    if done == n:
+    if done == len(inner):
         return
+    left = [i for i in inner if indegree[i] > 0]
     predecessors: dict[int, list[int]] = {}
-    for i in range(n):
-        if indegree[i] > 0:
-            for j in successors[i]:
-                predecessors.setdefault(j, []).append(i)
-    start = next(i for i in range(n) if indegree[i] > 0)
+    for i in left:
+        for j in successors[i]:
+            predecessors.setdefault(j, []).append(i)
+    start = left[0]
+    ends = {link_to[i] for i in left}
+    behind = next((i for i in range(start) if link_to[i] not in broker_index and link_from[i] in ends), None)
+    if behind is not None:
+        start = next(i for i in left if link_to[i] == link_from[behind])
     seen: dict[int, int] = {}
     path: list[int] = []
     node = start
@@ -332,20 +462,21 @@ def _strong_components(n: int, edges: Sequence[set[int]]) -> list[list[int]]:
     return out[::-1]
 
 
-def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
-    """Validate a SPEC §4 system document and propagate its filters.
+def validate_system(system: Mapping[str, object], matcher: Matcher) -> Overlay:
+    """Validate a SPEC §4 system document (the first step of :func:`compile_system` and of
+    ``routing.qos.predict``).
 
     Parameters
     ----------
     system : mapping
         The JSON document: ``brokers``, ``links``, ``publishers``, ``subscribers``.
     matcher : callable
-        ``matcher(filter_text, attributes) -> bool``; called once per subscriber with empty
-        attributes (to validate its filter) and once per (subscriber, content entry).
+        ``matcher(filter_text, attributes) -> bool``; called once per distinct filter text with
+        empty attributes, to validate it.
 
     Returns
     -------
-    Network
+    Overlay
 
     Raises
     ------
@@ -362,7 +493,7 @@ def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
     >>> system = {"brokers": [{"id": "b1", "service_ms": zero}],
     ...           "links": [{"from": "p1", "to": "b9", "reliability": 1, "delay_ms": zero}],
     ...           "publishers": [], "subscribers": []}
-    >>> compile_system(system, lambda text, attributes: True)
+    >>> validate_system(system, lambda text, attributes: True)
     Traceback (most recent call last):
     ...
     ValueError: links[0]: 'from' names no publisher or broker ('p1'); known: b1
@@ -377,6 +508,7 @@ def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
     links_raw = _list(root, "links", "system")
     publishers_raw = _list(root, "publishers", "system")
     subscribers_raw = _list(root, "subscribers", "system")
+    dists: dict[object, Distribution] = {}
 
     kind_of: dict[str, str] = {}
 
@@ -393,7 +525,7 @@ def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
         bid = _string(obj, "id", where)
         register(bid, "broker", where)
         broker_ids.append(bid)
-        service.append(parse_distribution(obj.get("service_ms"), f"{where} ('{bid}').service_ms"))
+        service.append(_distribution(obj.get("service_ms"), f"{where} ('{bid}').service_ms", dists))
     broker_index = {b: i for i, b in enumerate(broker_ids)}
 
     publisher_ids: list[str] = []
@@ -409,7 +541,7 @@ def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
         home = _string(obj, "broker", where)
         if home not in broker_index:
             raise _fail(where, f"'broker' names no broker ({home!r}); known: {', '.join(broker_ids) or 'none'}")
-        dist = parse_distribution(obj.get("interarrival_ms"), f"{where}.interarrival_ms")
+        dist = _distribution(obj.get("interarrival_ms"), f"{where}.interarrival_ms", dists)
         if dist.mean <= 0.0:
             raise _fail(where, "interarrival_ms must have a mean > 0 (a publisher cannot publish infinitely often)")
         content = _list(obj, "content", where)
@@ -433,149 +565,491 @@ def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
     subscriber_ids: list[str] = []
     subscriber_home: list[int] = []
     filters: list[str] = []
+    accepted: set[str] = set()  # filter texts the matcher has validated
     for i, raw in enumerate(subscribers_raw):
-        where = f"subscribers[{i}]"
-        obj = _object(raw, where)
-        sid = _string(obj, "id", where)
-        register(sid, "subscriber", where)
-        where = f"{where} ('{sid}')"
-        home = _string(obj, "broker", where)
-        if home not in broker_index:
-            raise _fail(where, f"'broker' names no broker ({home!r}); known: {', '.join(broker_ids) or 'none'}")
-        text = _string(obj, "filter", where)
-        try:
-            matcher(text, {})
-        except Exception as exc:
-            raise _fail(where, f"filter {text!r} rejected: {exc}") from exc
+        # Fast paths for well-formed entries; the helpers raise the messages for the others.
+        obj = raw if type(raw) is dict else _object(raw, f"subscribers[{i}]")
+        sid = obj.get("id")
+        if type(sid) is not str or not sid:
+            sid = _string(obj, "id", f"subscribers[{i}]")
+        if sid in kind_of:
+            register(sid, "subscriber", f"subscribers[{i}]")
+        kind_of[sid] = "subscriber"
+        at = obj.get("broker")
+        if type(at) is not str or not at:
+            at = _string(obj, "broker", f"subscribers[{i}] ('{sid}')")
+        b = broker_index.get(at)
+        if b is None:
+            raise _fail(
+                f"subscribers[{i}] ('{sid}')",
+                f"'broker' names no broker ({at!r}); known: {', '.join(broker_ids) or 'none'}",
+            )
+        text = obj.get("filter")
+        if type(text) is not str or not text:
+            text = _string(obj, "filter", f"subscribers[{i}] ('{sid}')")
+        if text not in accepted:
+            try:
+                matcher(text, {})
+            except Exception as exc:
+                raise _fail(f"subscribers[{i}] ('{sid}')", f"filter {text!r} rejected: {exc}") from exc
+            accepted.add(text)
         subscriber_ids.append(sid)
-        subscriber_home.append(broker_index[home])
+        subscriber_home.append(b)
         filters.append(text)
-    subscriber_index = {s: i for i, s in enumerate(subscriber_ids)}
+    subscriber_index = {sid: i for i, sid in enumerate(subscriber_ids)}
 
     link_from: list[str] = []
     link_to: list[str] = []
     reliability: list[float] = []
     delay: list[Distribution] = []
+    link_broker: list[int] = []
+    link_subscriber: list[int] = []
+    link_source_broker: list[int] = []
     pair_index: dict[tuple[str, str], int] = {}
+    from_publisher: dict[str, int] = {}  # a publisher's (first) link
+    to_subscriber: dict[str, int] = {}  # a subscriber's (first) link
+    repeated: set[str] = set()  # publishers and subscribers with more than one link
     for i, raw in enumerate(links_raw):
-        where = f"links[{i}]"
-        obj = _object(raw, where)
-        src, dst = _string(obj, "from", where), _string(obj, "to", where)
-        if kind_of.get(src) not in ("publisher", "broker"):
+        obj = raw if type(raw) is dict else _object(raw, f"links[{i}]")
+        src, dst = obj.get("from"), obj.get("to")
+        if type(src) is not str or not src:
+            src = _string(obj, "from", f"links[{i}]")
+        if type(dst) is not str or not dst:
+            dst = _string(obj, "to", f"links[{i}]")
+        src_kind, dst_kind = kind_of.get(src), kind_of.get(dst)
+        if src_kind != "publisher" and src_kind != "broker":
             known = ", ".join(publisher_ids + broker_ids) or "none"
-            raise _fail(where, f"'from' names no publisher or broker ({src!r}); known: {known}")
-        if kind_of.get(dst) not in ("broker", "subscriber"):
+            raise _fail(f"links[{i}]", f"'from' names no publisher or broker ({src!r}); known: {known}")
+        if dst_kind != "broker" and dst_kind != "subscriber":
             known = ", ".join(broker_ids + subscriber_ids) or "none"
-            raise _fail(where, f"'to' names no broker or subscriber ({dst!r}); known: {known}")
+            raise _fail(f"links[{i}]", f"'to' names no broker or subscriber ({dst!r}); known: {known}")
         if src == dst:
-            raise _fail(where, f"a link from {src!r} to itself")
-        if kind_of[src] == "publisher" and kind_of[dst] != "broker":
-            raise _fail(where, f"publisher {src!r} may only link to its home broker, not to subscriber {dst!r}")
-        if (src, dst) in pair_index:
-            raise _fail(where, f"duplicate link {src} -> {dst} (first at links[{pair_index[src, dst]}])")
-        pair_index[src, dst] = i
+            raise _fail(f"links[{i}]", f"a link from {src!r} to itself")
+        if src_kind == "publisher" and dst_kind != "broker":
+            raise _fail(f"links[{i}]", f"publisher {src!r} may only link to its home broker, not to subscriber {dst!r}")
+        pair = (src, dst)
+        if pair in pair_index:
+            raise _fail(f"links[{i}]", f"duplicate link {src} -> {dst} (first at links[{pair_index[pair]}])")
+        pair_index[pair] = i
         link_from.append(src)
         link_to.append(dst)
-        reliability.append(_number(obj, "reliability", where, 0.0, 1.0))
-        delay.append(parse_distribution(obj.get("delay_ms"), f"{where} ({src} -> {dst}).delay_ms"))
+        r = obj.get("reliability")
+        if type(r) is not float or not 0.0 <= r <= 1.0:
+            r = _number(obj, "reliability", f"links[{i}]", 0.0, 1.0)
+        reliability.append(r)
+        spec = obj.get("delay_ms")
+        cached = None
+        if type(spec) is dict:  # the memo of _distribution, inline
+            try:
+                cached = dists.get((tuple(spec.items()), tuple(map(type, spec.values()))))
+            except TypeError:
+                cached = None
+        delay.append(
+            cached if cached is not None else _distribution(spec, f"links[{i}] ({src} -> {dst}).delay_ms", dists)
+        )
+        if src_kind == "broker":
+            link_source_broker.append(broker_index[src])
+        else:
+            link_source_broker.append(-1)
+            if src in from_publisher:
+                repeated.add(src)
+            from_publisher.setdefault(src, i)
+        if dst_kind == "broker":
+            link_broker.append(broker_index[dst])
+            link_subscriber.append(-1)
+        else:
+            link_broker.append(-1)
+            link_subscriber.append(subscriber_index[dst])
+            if dst in to_subscriber:
+                repeated.add(dst)
+            to_subscriber.setdefault(dst, i)
     n_links = len(link_from)
 
     publisher_link = np.full(len(publisher_ids), -1, dtype=np.int64)
     for p, pid in enumerate(publisher_ids):
-        mine = [i for i in range(n_links) if link_from[i] == pid]
         home = broker_ids[publisher_home[p]]
-        if len(mine) != 1 or link_to[mine[0]] != home:
+        first = from_publisher.get(pid)
+        if first is None or pid in repeated or link_to[first] != home:
+            mine = [i for i in range(n_links) if link_from[i] == pid]
             got = ", ".join(f"{pid} -> {link_to[i]}" for i in mine) or "none"
             raise _fail(
                 f"publishers[{p}] ('{pid}')",
                 f"needs exactly one link, to its home broker {home!r} (links from it: {got}); "
                 f'add {{"from": "{pid}", "to": "{home}", "reliability": ..., "delay_ms": ...}}',
             )
-        publisher_link[p] = mine[0]
+        publisher_link[p] = first
+    subscriber_link = np.full(len(subscriber_ids), -1, dtype=np.int64)
     for s, sid in enumerate(subscriber_ids):
-        mine = [i for i in range(n_links) if link_to[i] == sid]
-        home = broker_ids[subscriber_home[s]]
-        if len(mine) != 1 or link_from[mine[0]] != home:
+        first = to_subscriber.get(sid)
+        if first is None or sid in repeated or link_source_broker[first] != subscriber_home[s]:
+            home = broker_ids[subscriber_home[s]]
+            mine = [i for i in range(n_links) if link_to[i] == sid]
             got = ", ".join(f"{link_from[i]} -> {sid}" for i in mine) or "none"
             raise _fail(
                 f"subscribers[{s}] ('{sid}')",
                 f"needs exactly one link, from its home broker {home!r} (links to it: {got}); "
                 f'add {{"from": "{home}", "to": "{sid}", "reliability": ..., "delay_ms": ...}}',
             )
+        subscriber_link[s] = first
 
     reverse = [pair_index.get((link_to[i], link_from[i]), -1) for i in range(n_links)]
     _check_link_cycles(link_from, link_to, broker_index, reverse)
 
-    link_broker = np.array([broker_index.get(t, -1) for t in link_to], dtype=np.int64)
-    link_subscriber = np.array([subscriber_index.get(t, -1) for t in link_to], dtype=np.int64)
-    link_source_broker = np.array([broker_index.get(f, -1) for f in link_from], dtype=np.int64)
-    out_links: list[list[int]] = [[] for _ in broker_ids]
-    for i in range(n_links):
-        if link_source_broker[i] >= 0:
-            out_links[int(link_source_broker[i])].append(i)
+    return Overlay(
+        broker_ids=tuple(broker_ids),
+        publisher_ids=tuple(publisher_ids),
+        subscriber_ids=tuple(subscriber_ids),
+        service=tuple(service),
+        interarrival=tuple(interarrival),
+        link_from=tuple(link_from),
+        link_to=tuple(link_to),
+        link_reliability=np.array(reliability, dtype=np.float64),
+        link_delay=tuple(delay),
+        link_broker=np.array(link_broker, dtype=np.int64),
+        link_subscriber=np.array(link_subscriber, dtype=np.int64),
+        link_source_broker=np.array(link_source_broker, dtype=np.int64),
+        link_reverse=np.array(reverse, dtype=np.int64),
+        publisher_link=publisher_link,
+        subscriber_link=subscriber_link,
+        subscriber_filter=tuple(filters),
+        content_publisher=np.array([r[0] for r in content_rows], dtype=np.int64),
+        content_index=np.array([r[1] for r in content_rows], dtype=np.int64),
+        content_p=np.array([r[2] for r in content_rows], dtype=np.float64),
+        content_lifetime_ms=np.array([r[3] for r in content_rows], dtype=np.float64),
+        content_attributes=tuple(r[4] for r in content_rows),
+    )
 
-    # Filter propagation (paper §4.1): downstream[l] = subscribers reachable through l, in
-    # reverse topological order of the link relation (acyclic, checked above).
-    n_subs = len(subscriber_ids)
-    downstream = np.zeros((n_links, n_subs), dtype=np.bool_)
-    state = [0] * n_links  # 0 new, 1 on the stack, 2 done
 
-    def fill(start: int) -> None:
+def _attributes_key(attributes: Mapping[str, object]) -> object:
+    """A hashable stand-in for an attribute mapping, telling 1, 1.0 and True apart; None when a
+    value is unhashable (such a content entry gets an attribute class of its own)."""
+    key = tuple(sorted(((name, type(value), value) for name, value in attributes.items()), key=lambda t: str(t[0])))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def match_content(overlay: Overlay, matcher: Matcher) -> Matching:
+    """Which subscribers each content entry matches, with every distinct filter text matched once
+    against every distinct attribute set.
+
+    A :class:`BulkMatcher` does it in one ``match_many`` call; any other matcher is called once
+    per (distinct attribute set, distinct filter), and its first failure, in (content key,
+    subscriber) order, is reported naming that subscriber.
+
+    Examples
+    --------
+    >>> zero = {"kind": "deterministic", "value": 0}
+    >>> system = {"brokers": [{"id": "b", "service_ms": zero}],
+    ...           "links": [{"from": "p", "to": "b", "reliability": 1, "delay_ms": zero}]
+    ...                    + [{"from": "b", "to": s, "reliability": 1, "delay_ms": zero} for s in "xyz"],
+    ...           "publishers": [{"id": "p", "broker": "b", "interarrival_ms": zero | {"value": 1},
+    ...                           "content": [{"p": 0.5, "lifetime_ms": 1, "attributes": {"t": t}} for t in (1, 2)]}],
+    ...           "subscribers": [{"id": s, "broker": "b", "filter": f} for s, f in zip("xyz", ["1", "2", "1"])]}
+    >>> overlay = validate_system(system, lambda text, attributes: True)
+    >>> m = match_content(overlay, lambda text, attributes: attributes["t"] == int(text))
+    >>> m.dense().astype(int).tolist(), m.table.shape
+    ([[1, 0, 1], [0, 1, 0]], (2, 2))
+    """
+    texts: dict[str, int] = {}
+    first_subscriber: list[int] = []
+    filter_class = np.empty(len(overlay.subscriber_filter), dtype=np.int64)
+    for s, text in enumerate(overlay.subscriber_filter):
+        f = texts.get(text)
+        if f is None:
+            f = texts[text] = len(first_subscriber)
+            first_subscriber.append(s)
+        filter_class[s] = f
+    classes: dict[object, int] = {}
+    events: list[Mapping[str, object]] = []
+    key_class = np.empty(len(overlay.content_attributes), dtype=np.int64)
+    for k, attributes in enumerate(overlay.content_attributes):
+        key = _attributes_key(attributes)
+        c = classes.get(key) if key is not None else None
+        if c is None:
+            c = len(events)
+            events.append(attributes)
+            if key is not None:
+                classes[key] = c
+        key_class[k] = c
+    text_list = list(texts)
+    if isinstance(matcher, BulkMatcher):
+        table = np.asarray(matcher.match_many(text_list, events), dtype=np.bool_)
+        if table.shape != (len(events), len(text_list)):
+            raise ValueError(f"match_many returned shape {table.shape}, expected {(len(events), len(text_list))}")
+    else:
+        table = np.zeros((len(events), len(text_list)), dtype=np.bool_)
+        for a, attributes in enumerate(events):
+            for f, text in enumerate(text_list):
+                try:
+                    table[a, f] = bool(matcher(text, attributes))
+                except Exception as exc:
+                    s = first_subscriber[f]
+                    raise _fail(
+                        f"subscribers[{s}] ('{overlay.subscriber_ids[s]}')",
+                        f"matcher failed on filter {text!r} with attributes {dict(attributes)!r}: {exc}",
+                    ) from exc
+    return Matching(key_class=key_class, filter_class=filter_class, table=table)
+
+
+def _out_links(overlay: Overlay) -> list[list[int]]:
+    """Per broker, the links leaving it, in document order."""
+    out: list[list[int]] = [[] for _ in overlay.broker_ids]
+    for i, b in enumerate(overlay.link_source_broker.tolist()):
+        if b >= 0:
+            out[b].append(i)
+    return out
+
+
+def _children_first(overlay: Overlay, out_links: Sequence[list[int]]) -> list[int]:
+    """The links that end at brokers, each after all such links an event crossing it can go on
+    to (a reverse topological order of the link relation, acyclic once :func:`validate_system`
+    has passed; links to subscribers feed nothing and are left out)."""
+    link_broker = overlay.link_broker.tolist()
+    reverse = overlay.link_reverse.tolist()
+    ahead = [[j for j in links if link_broker[j] >= 0] for links in out_links]
+    state = bytearray(len(link_broker))  # 0 new, 1 on the stack, 2 done
+    order: list[int] = []
+    for start in range(len(link_broker)):
+        if state[start] or link_broker[start] < 0:
+            continue
         stack = [start]
         while stack:
             i = stack[-1]
             if state[i] == 0:
                 state[i] = 1
-                if link_subscriber[i] >= 0:
-                    downstream[i, link_subscriber[i]] = True
-                else:
-                    stack.extend(j for j in out_links[int(link_broker[i])] if j != reverse[i] and state[j] == 0)
+                stack.extend(j for j in ahead[link_broker[i]] if j != reverse[i] and state[j] == 0)
                 continue
             stack.pop()
             if state[i] == 1:
                 state[i] = 2
-                if link_broker[i] >= 0:
-                    for j in out_links[int(link_broker[i])]:
-                        if j != reverse[i]:
-                            downstream[i] |= downstream[j]
+                order.append(i)
+    return order
 
-    for i in range(n_links):
-        if state[i] == 0:
-            fill(i)
 
-    n_keys = len(content_rows)
-    match = np.zeros((n_keys, n_subs), dtype=np.bool_)
-    for k, (_p, _j, _prob, _life, attributes) in enumerate(content_rows):
-        for s, text in enumerate(filters):
-            try:
-                match[k, s] = bool(matcher(text, attributes))
-            except Exception as exc:
+def _key_bits(mask: int, n_keys: int) -> IntArray:
+    """The content keys whose bits ``mask`` sets, ascending."""
+    raw = np.frombuffer(mask.to_bytes((n_keys + 7) // 8, "little"), dtype=np.uint8)
+    out: IntArray = np.flatnonzero(np.unpackbits(raw, bitorder="little")[:n_keys]).astype(np.int64)
+    return out
+
+
+def _link_key_masks(overlay: Overlay, matching: Matching, out_links: Sequence[list[int]]) -> list[int]:
+    """Filter propagation (the paper's §4.1) as bit sets: per link, bit k is set iff some
+    subscriber downstream of the link matches content key k."""
+    n_keys = len(matching.key_class)
+    if n_keys:
+        packed = np.packbits(matching.table[matching.key_class], axis=0, bitorder="little").T.copy()
+        filter_mask = [int.from_bytes(row.tobytes(), "little") for row in packed]
+    else:
+        filter_mask = [0] * matching.table.shape[1]
+    link_broker = overlay.link_broker.tolist()
+    reverse = overlay.link_reverse.tolist()
+    mask = [0] * len(link_broker)
+    for s, f in enumerate(matching.filter_class.tolist()):
+        mask[int(overlay.subscriber_link[s])] = filter_mask[f]
+    local = [0] * len(overlay.broker_ids)  # per broker: the keys its own subscribers match
+    ahead: list[list[int]] = []
+    for b, links in enumerate(out_links):
+        m = 0
+        for j in links:
+            if link_broker[j] < 0:
+                m |= mask[j]
+        local[b] = m
+        ahead.append([j for j in links if link_broker[j] >= 0])
+    for i in _children_first(overlay, out_links):
+        b = link_broker[i]
+        m = local[b]
+        for j in ahead[b]:
+            if j != reverse[i]:
+                m |= mask[j]
+        mask[i] = m
+    return mask
+
+
+def compile_routes(overlay: Overlay, matching: Matching) -> RouteTree:
+    """The potential routes of every content entry as one tree of paths per publisher, with no
+    per-(link, subscriber) or per-(content key, hop) arrays (see :class:`RouteTree`).
+
+    Raises
+    ------
+    ValueError
+        When a publisher's events could travel more than 200,000 distinct paths to brokers (a
+        DAG with too many paths; a tree has at most one path per broker).
+
+    Examples
+    --------
+    >>> zero = {"kind": "deterministic", "value": 0}
+    >>> link = lambda a, b: {"from": a, "to": b, "reliability": 1, "delay_ms": zero}
+    >>> system = {"brokers": [{"id": b, "service_ms": zero} for b in ("b1", "b2", "b3")],
+    ...           "links": [link("p", "b1"), link("b1", "b2"), link("b2", "b1"), link("b1", "b3"),
+    ...                     link("b2", "x"), link("b3", "y")],
+    ...           "publishers": [{"id": "p", "broker": "b1", "interarrival_ms": zero | {"value": 1},
+    ...                           "content": [{"p": 1, "lifetime_ms": 1, "attributes": {"t": 1}}]}],
+    ...           "subscribers": [{"id": "x", "broker": "b2", "filter": "yes"},
+    ...                           {"id": "y", "broker": "b3", "filter": "no"}]}
+    >>> overlay = validate_system(system, lambda text, attributes: True)
+    >>> tree = compile_routes(overlay, match_content(overlay, lambda text, attributes: text == "yes"))
+    >>> tree.node_broker.tolist(), tree.node_parent.tolist(), tree.leaf_subscriber.tolist()  # b3 leads to no match
+    ([0, 1], [-1, 0], [0])
+    """
+    n_keys = len(overlay.content_p)
+    n_pubs = len(overlay.publisher_ids)
+    out_links = _out_links(overlay)
+    masks = _link_key_masks(overlay, matching, out_links)
+    link_broker = overlay.link_broker.tolist()
+    reverse = overlay.link_reverse.tolist()
+    to_brokers = [[j for j in links if link_broker[j] >= 0] for links in out_links]
+    pub_mask = [0] * n_pubs
+    for k, p in enumerate(overlay.content_publisher.tolist()):
+        pub_mask[p] |= 1 << k
+
+    publisher: list[int] = []
+    last_link: list[int] = []
+    parent: list[int] = []
+    depth: list[int] = []
+    key_mask: list[int] = []
+    count = [0] * n_pubs
+    frontier = [(p, int(overlay.publisher_link[p]), -1, pub_mask[p]) for p in range(n_pubs)]
+    level = 0
+    while frontier:
+        ahead: list[tuple[int, int, int, int]] = []
+        for p, link, up, keys in frontier:
+            node = len(publisher)
+            publisher.append(p)
+            last_link.append(link)
+            parent.append(up)
+            depth.append(level)
+            key_mask.append(keys)
+            count[p] += 1
+            if count[p] > _MAX_ROUTE_HOPS:
                 raise _fail(
-                    f"subscribers[{s}] ('{subscriber_ids[s]}')",
-                    f"matcher failed on filter {text!r} with attributes {dict(attributes)!r}: {exc}",
-                ) from exc
+                    f"publishers[{p}] ('{overlay.publisher_ids[p]}')",
+                    f"its events can travel more than {_MAX_ROUTE_HOPS} distinct paths: the broker network has too "
+                    "many distinct paths (use a tree)",
+                )
+            back = reverse[link]
+            for j in to_brokers[link_broker[link]]:
+                if j != back:
+                    below = masks[j] & pub_mask[p]
+                    if below:
+                        ahead.append((p, j, node, below))
+        frontier = ahead
+        level += 1
+
+    keys_of: dict[int, IntArray] = {}
+    node_keys: list[IntArray] = []
+    for m in key_mask:
+        found = keys_of.get(m)
+        if found is None:
+            found = keys_of[m] = _key_bits(m, n_keys)
+        node_keys.append(found)
+    sizes = np.array([len(k) for k in node_keys], dtype=np.int64)
+    node_key_offset = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    node_key = np.concatenate(node_keys).astype(np.int64) if node_keys else np.zeros(0, dtype=np.int64)
+
+    # Leaves: a node's subscribers that match some content of its publisher.
+    node_publisher = np.array(publisher, dtype=np.int64)
+    node_link = np.array(last_link, dtype=np.int64)
+    node_broker = overlay.link_broker[node_link] if len(node_link) else np.zeros(0, dtype=np.int64)
+    pub_onehot = np.zeros((n_keys, n_pubs), dtype=np.int64)
+    pub_onehot[np.arange(n_keys), overlay.content_publisher] = 1
+    any_of_pub = (matching.table[matching.key_class].T.astype(np.int64) @ pub_onehot) > 0  # (filters, publishers)
+    home = overlay.link_source_broker[overlay.subscriber_link]
+    by_home = np.argsort(home, kind="stable")
+    start = np.searchsorted(home[by_home], np.arange(len(overlay.broker_ids) + 1))
+    lo, hi = start[node_broker], start[node_broker + 1]
+    n_cand = hi - lo
+    cand_node = np.repeat(np.arange(len(node_broker), dtype=np.int64), n_cand)
+    first = np.repeat(lo - (np.cumsum(n_cand) - n_cand), n_cand)
+    cand_sub = by_home[np.arange(int(n_cand.sum()), dtype=np.int64) + first] if len(cand_node) else cand_node
+    keep = any_of_pub[matching.filter_class[cand_sub], node_publisher[cand_node]]
+    return RouteTree(
+        node_publisher=node_publisher,
+        node_link=node_link,
+        node_broker=node_broker.astype(np.int64),
+        node_parent=np.array(parent, dtype=np.int64),
+        node_depth=np.array(depth, dtype=np.int64),
+        node_key_offset=node_key_offset,
+        node_key=node_key,
+        leaf_node=cand_node[keep].astype(np.int64),
+        leaf_subscriber=cand_sub[keep].astype(np.int64),
+    )
+
+
+def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
+    """Validate a SPEC §4 system document and propagate its filters, densely (the simulator's
+    input; ``routing.qos.predict`` uses the sparse :func:`compile_routes` instead).
+
+    Parameters
+    ----------
+    system : mapping
+        The JSON document: ``brokers``, ``links``, ``publishers``, ``subscribers``.
+    matcher : callable
+        ``matcher(filter_text, attributes) -> bool``; called once per distinct filter with empty
+        attributes (to validate it) and once per (distinct filter, distinct attribute set),
+        or once in all through ``match_many`` (:class:`BulkMatcher`).
+
+    Returns
+    -------
+    Network
+
+    Raises
+    ------
+    ValueError
+        As :func:`validate_system` and :func:`match_content` do, or when one content entry has
+        more than 200,000 potential hops (a DAG with too many paths).
+
+    Examples
+    --------
+    >>> zero = {"kind": "deterministic", "value": 0}
+    >>> system = {"brokers": [{"id": "b1", "service_ms": zero}],
+    ...           "links": [{"from": "p1", "to": "b9", "reliability": 1, "delay_ms": zero}],
+    ...           "publishers": [], "subscribers": []}
+    >>> compile_system(system, lambda text, attributes: True)
+    Traceback (most recent call last):
+    ...
+    ValueError: links[0]: 'from' names no publisher or broker ('p1'); known: b1
+    """
+    overlay = validate_system(system, matcher)
+    matching = match_content(overlay, matcher)
+    out_links = _out_links(overlay)
+    masks = _link_key_masks(overlay, matching, out_links)
+    link_broker = overlay.link_broker.tolist()
+    reverse = overlay.link_reverse.tolist()
+    n_links, n_subs = len(link_broker), len(overlay.subscriber_ids)
+
+    # downstream[l] = subscribers reachable through l, children before parents.
+    downstream = np.zeros((n_links, n_subs), dtype=np.bool_)
+    downstream[overlay.subscriber_link, np.arange(n_subs)] = True
+    for i in _children_first(overlay, out_links):
+        for j in out_links[link_broker[i]]:
+            if j != reverse[i]:
+                downstream[i] |= downstream[j]
 
     # Potential routes per content key: the event crosses link l iff some subscriber downstream
     # of l matches it; the publisher's own link is always crossed (the home broker matches
     # every event it receives).
-    needs = (match.astype(np.int64) @ downstream.T.astype(np.int64)) > 0 if n_keys else np.zeros((0, n_links), bool)
     route_offset = [0]
     route_link: list[int] = []
     route_parent: list[int] = []
     route_depth: list[int] = []
     used_links: set[int] = set()
-    for k, (p, *_rest) in enumerate(content_rows):
-        hops = [(int(publisher_link[p]), -1, 0)]
+    for k, (p, j) in enumerate(zip(overlay.content_publisher.tolist(), overlay.content_index.tolist(), strict=True)):
+        bit = 1 << k
+        hops = [(int(overlay.publisher_link[p]), -1, 0)]
         h = 0
         while h < len(hops):
             link, _parent, depth = hops[h]
-            b = int(link_broker[link])
+            b = link_broker[link]
             if b >= 0:
-                hops.extend((j, h, depth + 1) for j in out_links[b] if j != reverse[link] and needs[k, j])
+                hops.extend((i, h, depth + 1) for i in out_links[b] if i != reverse[link] and masks[i] & bit)
             if len(hops) > _MAX_ROUTE_HOPS:
                 raise _fail(
-                    f"publishers[{p}] ('{publisher_ids[p]}')",
-                    f"content[{content_rows[k][1]}] has more than {_MAX_ROUTE_HOPS} potential hops: the broker "
+                    f"publishers[{p}] ('{overlay.publisher_ids[p]}')",
+                    f"content[{j}] has more than {_MAX_ROUTE_HOPS} potential hops: the broker "
                     "network has too many distinct paths (use a tree)",
                 )
             h += 1
@@ -586,32 +1060,16 @@ def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
             used_links.add(link)
         route_offset.append(len(route_link))
 
-    edges: list[set[int]] = [set() for _ in broker_ids]
+    edges: list[set[int]] = [set() for _ in overlay.broker_ids]
     for i in used_links:
-        if link_source_broker[i] >= 0 and link_broker[i] >= 0:
-            edges[int(link_source_broker[i])].add(int(link_broker[i]))
-    components = tuple(tuple(c) for c in _strong_components(len(broker_ids), edges))
+        if overlay.link_source_broker[i] >= 0 and link_broker[i] >= 0:
+            edges[int(overlay.link_source_broker[i])].add(link_broker[i])
+    components = tuple(tuple(c) for c in _strong_components(len(overlay.broker_ids), edges))
 
+    fields = {f.name: getattr(overlay, f.name) for f in dataclasses.fields(Overlay)}
     return Network(
-        broker_ids=tuple(broker_ids),
-        publisher_ids=tuple(publisher_ids),
-        subscriber_ids=tuple(subscriber_ids),
-        service=tuple(service),
-        interarrival=tuple(interarrival),
-        link_from=tuple(link_from),
-        link_to=tuple(link_to),
-        link_reliability=np.array(reliability, dtype=np.float64),
-        link_delay=tuple(delay),
-        link_broker=link_broker,
-        link_subscriber=link_subscriber,
-        link_source_broker=link_source_broker,
-        publisher_link=publisher_link,
-        content_publisher=np.array([r[0] for r in content_rows], dtype=np.int64),
-        content_index=np.array([r[1] for r in content_rows], dtype=np.int64),
-        content_p=np.array([r[2] for r in content_rows], dtype=np.float64),
-        content_lifetime_ms=np.array([r[3] for r in content_rows], dtype=np.float64),
-        content_attributes=tuple(r[4] for r in content_rows),
-        match=match,
+        **fields,
+        match=matching.dense(),
         downstream=downstream,
         route_offset=np.array(route_offset, dtype=np.int64),
         route_link=np.array(route_link, dtype=np.int64),
