@@ -12,6 +12,7 @@ import numpy as np
 
 from routing.filters import parse_filter
 from routing.simulation import SimulationResult, Telemetry, simulate
+from routing.topology import element_record
 
 
 def filter_matcher() -> Any:
@@ -40,20 +41,7 @@ def setup_records(
     out: list[tuple[str, str, dict[str, Any]]] = []
 
     def element(element_id: str, kind: str, **fields: Any) -> None:
-        record = {
-            "element_id": element_id,
-            "kind": kind,
-            "broker": None,
-            "from": None,
-            "to": None,
-            "cost": None,
-            "bandwidth_mbps": None,
-            "reliability": None,
-            "forbidden_events": [],
-            "updated_at": epoch_ms,
-            **fields,
-        }
-        out.append(("siftstream.topology.v1", element_id, record))
+        out.append(("siftstream.topology.v1", element_id, element_record(element_id, kind, epoch_ms, **fields)))
 
     for b in system["brokers"]:
         element(b["id"], "broker")

@@ -370,10 +370,10 @@ class Topology:
         for node in self.nodes:
             kind = node.role if node.role in CLIENT_ROLES else "broker"
             broker = self._home_broker(node.id) if kind in CLIENT_ROLES else None
-            records.append(_element(node.id, kind, updated_at, broker=broker))
+            records.append(element_record(node.id, kind, updated_at, broker=broker))
         for k in self.links:
             records.append(
-                _element(
+                element_record(
                     f"{k.src}->{k.dst}",
                     "link",
                     updated_at,
@@ -390,7 +390,8 @@ class Topology:
         return min(candidates)[1] if candidates else None
 
 
-def _element(element_id: str, kind: str, updated_at: int, **fields: Any) -> dict[str, Any]:
+def element_record(element_id: str, kind: str, updated_at: int, **fields: Any) -> dict[str, Any]:
+    """A ``TopologyElement`` record (topology topic): every field null or empty but ``fields``."""
     record: dict[str, Any] = {
         "element_id": element_id,
         "kind": kind,

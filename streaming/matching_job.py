@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 from infra.connection import KafkaConnection
 from routing.subscriptions import Change, SubscriptionRecord, SubscriptionTable, plan_change
 from schemas.topics import DEADLETTER_TOPIC, TOPICS
+from streaming.session import await_query, start_batches
 from streaming.subscription_store import TableStore
 
 if TYPE_CHECKING:
@@ -512,29 +513,19 @@ def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) ->
     source = reader.load()
     events = event_columns(decode(source.where(F.col("topic") == cfg.events_topic), EVENTS))
     handler = MatchingBatch(spark, cfg, quiet)
-    writer = (
-        events.writeStream.foreachBatch(handler)
-        .option("checkpointLocation", str(cfg.query_checkpoint))
-        .queryName(f"siftstream-matching-{cfg.topic_prefix or 'default'}")
+    query = start_batches(
+        events,
+        handler,
+        cfg.query_checkpoint,
+        f"siftstream-matching-{cfg.topic_prefix or 'default'}",
+        cfg.available_now,
+        cfg.trigger_interval,
     )
-    writer = (
-        writer.trigger(availableNow=True) if cfg.available_now else writer.trigger(processingTime=cfg.trigger_interval)
-    )
-    return writer.start(), handler
+    return query, handler
 
 
 def run(spark: SparkSession, cfg: MatchingConfig, quiet: bool = False) -> list[BatchStats]:
     """Run until done (available-now) or interrupted; raise RuntimeError when the query failed."""
-    from pyspark.errors import StreamingQueryException
-
     query, handler = build_query(spark, cfg, quiet)
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        print("[matching] stopping ...", file=sys.stderr)
-    except StreamingQueryException as exc:
-        raise RuntimeError(f"the matching query failed: {exc}") from exc
-    finally:
-        if query.isActive:
-            query.stop()
+    await_query(query, "matching")
     return handler.history

@@ -48,6 +48,7 @@ from routing.estimation import EstimationConfig
 from routing.qos_monitor import MonitorConfig, QosMonitor
 from routing.subscriptions import SubscriptionRecord
 from schemas.topics import DEADLETTER_TOPIC, TOPICS
+from streaming.session import await_query, start_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -484,29 +485,19 @@ def build_query(spark: SparkSession, cfg: QosConfig, quiet: bool = True) -> tupl
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
     source = reader.load().select("topic", "partition", "offset", "key", "value", "timestamp")
-    writer = (
-        source.writeStream.foreachBatch(handler)
-        .option("checkpointLocation", str(cfg.query_checkpoint))
-        .queryName(f"siftstream-qos-{cfg.topic_prefix or 'default'}")
+    query = start_batches(
+        source,
+        handler,
+        cfg.query_checkpoint,
+        f"siftstream-qos-{cfg.topic_prefix or 'default'}",
+        cfg.available_now,
+        cfg.trigger_interval,
     )
-    writer = (
-        writer.trigger(availableNow=True) if cfg.available_now else writer.trigger(processingTime=cfg.trigger_interval)
-    )
-    return writer.start(), handler
+    return query, handler
 
 
 def run(spark: SparkSession, cfg: QosConfig, quiet: bool = False) -> list[QosBatchStats]:
     """Run until done (available-now) or interrupted; raise RuntimeError when the query failed."""
-    from pyspark.errors import StreamingQueryException
-
     query, handler = build_query(spark, cfg, quiet)
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        print("[qos] stopping ...", file=sys.stderr)
-    except StreamingQueryException as exc:
-        raise RuntimeError(f"the QoS query failed: {exc}") from exc
-    finally:
-        if query.isActive:
-            query.stop()
+    await_query(query, "qos")
     return handler.history

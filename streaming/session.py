@@ -10,7 +10,11 @@ from typing import TYPE_CHECKING
 from infra.jars import JarSets
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 
 @dataclass(frozen=True)
@@ -72,3 +76,32 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def start_batches(
+    df: DataFrame,
+    handler: Callable[[DataFrame, int], None],
+    checkpoint: Path,
+    name: str,
+    available_now: bool,
+    trigger_interval: str,
+) -> StreamingQuery:
+    """Start ``df.writeStream.foreachBatch(handler)``: available-now, or on a processing-time trigger."""
+    writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", str(checkpoint)).queryName(name)
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=trigger_interval)
+    return writer.start()
+
+
+def await_query(query: StreamingQuery, job: str) -> None:
+    """Wait until the query ends (available-now) or Ctrl-C; stop it; a failure becomes RuntimeError."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        print(f"[{job}] stopping ...", file=sys.stderr)
+    except StreamingQueryException as exc:
+        raise RuntimeError(f"the {job} query failed: {exc}") from exc
+    finally:
+        if query.isActive:
+            query.stop()
