@@ -36,6 +36,8 @@ Its whole state round-trips through :meth:`QosMonitor.to_bytes`.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import io
 import json
 import math
@@ -78,6 +80,9 @@ class MonitorConfig:
         Fewest resolved matching events before a measured R_s can raise a critical alert.
     contributors : int
         Elements named in an alert.
+    bootstrap : int
+        Predictions from redrawn inputs that widen each interval by the inputs' estimation
+        error (0: the model's interval alone).
     """
 
     update_period_ms: int = 10_000
@@ -87,14 +92,15 @@ class MonitorConfig:
     content_half_life_ms: float = 300_000.0
     min_events: int = 30
     contributors: int = 3
+    bootstrap: int = 20
 
     def __post_init__(self) -> None:
         if self.update_period_ms <= 0:
             raise ValueError(f"update_period_ms must be > 0 (got {self.update_period_ms})")
         if self.model not in qos.MODELS:
             raise ValueError(f"unknown model {self.model!r}; valid: {', '.join(qos.MODELS)}")
-        if self.max_content < 1 or self.min_events < 1 or self.contributors < 1:
-            raise ValueError("max_content, min_events and contributors must be >= 1")
+        if self.max_content < 1 or self.min_events < 1 or self.contributors < 1 or self.bootstrap < 0:
+            raise ValueError("max_content, min_events and contributors must be >= 1, bootstrap >= 0")
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,15 @@ class SubscriptionWish:
     filter: str
     deadline_ms: float | None = None
     min_reliability: float | None = None
+
+
+def _scale(dist: dict[str, Any], factor: float) -> None:
+    """Scale a DIST (as a dict) in place by ``factor``: its values or its mean."""
+    if "values" in dist:
+        dist["values"] = [v * factor for v in dist["values"]]
+    for key in ("mean", "value", "low", "high"):
+        if key in dist:
+            dist[key] = dist[key] * factor
 
 
 def _num(x: float | None) -> float | None:
@@ -329,6 +344,8 @@ class QosMonitor:
         if system["publishers"] and system["subscribers"]:
             try:
                 prediction = qos.predict(system, model=self.config.model)
+                if self.config.bootstrap and self.config.model == "gg1":
+                    prediction = self._bootstrap(system, prediction, window_end_ms)
             except ValueError as exc:
                 problems.append(f"prediction skipped: {exc}")
         records = [self._subscriber_report(s, window_end_ms, prediction, model) for s in self._owners()]
@@ -336,6 +353,65 @@ class QosMonitor:
         if prediction is not None:
             problems += [w for w in prediction.warnings if "no publisher's content" not in w]
         return records, problems
+
+    def _bootstrap(self, system: dict[str, Any], prediction: qos.Prediction, end: int) -> qos.Prediction:
+        """Widen each R'_s interval by the uncertainty of the estimated inputs (QUEUEING-NOTES
+        §4.5, parametric bootstrap): ``bootstrap`` predictions from inputs redrawn as their
+        estimation error allows, the interval then covering their 5-95% range as well.
+
+        Redrawn: each publisher's mean inter-publication time and each broker's service and link's
+        delay distribution, scaled by exp(N(0, cv^2 / n)) for n samples in the window (the
+        relative standard error of a mean); each link's reliability from its Jeffreys posterior
+        Beta(k + 1/2, n - k + 1/2). The draws are seeded by the window's end, so a replayed batch
+        reports the same interval.
+        """
+        rng = np.random.default_rng(end)
+        end_ms = float(end)
+        draws: list[dict[str, float]] = []
+        for _ in range(self.config.bootstrap):
+            doc = copy.deepcopy(system)
+            for p in doc["publishers"]:
+                est = self.estimator.publisher(p["id"], end_ms)
+                if est is not None and est.gaps > 1 and "mean" in p["interarrival_ms"]:
+                    scv = max(est.interarrival_scv, 1e-3)
+                    p["interarrival_ms"]["mean"] *= math.exp(rng.normal(0.0, math.sqrt(scv / est.gaps)))
+            for b in doc["brokers"]:
+                est_b = self.estimator.broker(b["id"], end_ms)
+                if est_b is not None and est_b.arrivals > 1:
+                    _scale(b["service_ms"], math.exp(rng.normal(0.0, math.sqrt(est_b.service_scv / est_b.arrivals))))
+            for link in doc["links"]:
+                real_to = self._owner_of(link["to"][4:]) if link["to"].startswith("sub:") else link["to"]
+                est_l = self.estimator.link(f"{link['from']}->{real_to}", end_ms)
+                if est_l is None:
+                    continue
+                if est_l.delivered > 1 and est_l.delay is not None:
+                    # the sketch keeps no variance; cv^2 = 1 (exponential-like) keeps the redraw wide
+                    _scale(link["delay_ms"], math.exp(rng.normal(0.0, math.sqrt(1.0 / est_l.delivered))))
+                loss = est_l.loss
+                if loss.expected > 0:
+                    link["reliability"] = float(
+                        rng.beta(loss.received + 0.5, max(loss.expected - loss.received, 0) + 0.5)
+                    )
+            try:
+                redrawn = qos.predict(doc, model=self.config.model)
+            except ValueError:
+                continue
+            draws.append({k: v.reliability for k, v in redrawn.subscribers.items() if v.reliability is not None})
+        if not draws:
+            return prediction
+        subscribers = {}
+        for sid, sp in prediction.subscribers.items():
+            values = np.array([d[sid] for d in draws if sid in d])
+            if sp.reliability is None or len(values) < 2 or sp.reliability_low is None or sp.reliability_high is None:
+                subscribers[sid] = sp
+                continue
+            lo, hi = np.percentile(values, [5.0, 95.0])
+            subscribers[sid] = dataclasses.replace(
+                sp,
+                reliability_low=min(sp.reliability_low, float(lo)),
+                reliability_high=max(sp.reliability_high, float(hi)),
+            )
+        return dataclasses.replace(prediction, subscribers=subscribers)
 
     def _owners(self) -> list[str]:
         return sorted({w.subscriber_id for w in self.wishes.values()})
