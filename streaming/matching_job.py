@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING, Any
 from infra.connection import KafkaConnection
 from routing.subscriptions import Change, SubscriptionRecord, SubscriptionTable, plan_change
 from schemas.topics import DEADLETTER_TOPIC, TOPICS
-from streaming.session import await_query, start_batches
+from streaming.session import await_query, kafka_stream, start_batches
 from streaming.subscription_store import TableStore
 
 if TYPE_CHECKING:
@@ -494,15 +494,6 @@ class MatchingBatch:
 def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) -> tuple[StreamingQuery, MatchingBatch]:
     """Wire Kafka (events + subscriptions) -> ``MatchingBatch`` -> Kafka and start the query; return
     it with its ``MatchingBatch`` (per-batch ``BatchStats`` in ``.history``)."""
-    reader = spark.readStream.format("kafka").options(**cfg.conn.spark_options())
-    reader = reader.option("subscribe", f"{cfg.events_topic},{cfg.subscriptions_topic}")
-    reader = reader.option("startingOffsets", "earliest")  # the subscriptions topic is a table: read it all
-    reader = reader.option("failOnDataLoss", "false")  # retention and compaction delete records; never stop
-    reader = reader.option("kafka.max.partition.fetch.bytes", str(8 << 20)).option(
-        "kafka.fetch.max.bytes", str(32 << 20)
-    )
-    if cfg.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
     from pyspark.sql import functions as F
 
     from streaming.decode import decode
@@ -510,7 +501,8 @@ def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) ->
     # The subscriptions topic is in the source for the offset log's consistent cut of both topics;
     # its records are read by offset range in each batch (MatchingBatch). The events' decode and
     # projection are part of the streaming plan, built once.
-    source = reader.load()
+    topics = [cfg.events_topic, cfg.subscriptions_topic]
+    source = kafka_stream(spark, cfg.conn, topics, cfg.max_offsets_per_trigger)
     events = event_columns(decode(source.where(F.col("topic") == cfg.events_topic), EVENTS))
     handler = MatchingBatch(spark, cfg, quiet)
     query = start_batches(

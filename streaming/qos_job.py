@@ -48,7 +48,7 @@ from routing.estimation import EstimationConfig
 from routing.qos_monitor import MonitorConfig, QosMonitor
 from routing.subscriptions import SubscriptionRecord
 from schemas.topics import DEADLETTER_TOPIC, TOPICS
-from streaming.session import await_query, start_batches
+from streaming.session import await_query, kafka_stream, start_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -478,13 +478,9 @@ class QosBatch:
 def build_query(spark: SparkSession, cfg: QosConfig, quiet: bool = True) -> tuple[StreamingQuery, QosBatch]:
     """Wire Kafka (the six inputs) -> ``QosBatch`` -> Kafka and start the query."""
     handler = QosBatch(spark, cfg, quiet)
-    reader = spark.readStream.format("kafka").options(**cfg.conn.spark_options())
-    reader = reader.option("subscribe", ",".join(handler.names.values()))
-    reader = reader.option("startingOffsets", "earliest")  # topology and subscriptions are tables
-    reader = reader.option("failOnDataLoss", "false")  # retention and compaction delete records; never stop
-    if cfg.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
-    source = reader.load().select("topic", "partition", "offset", "key", "value", "timestamp")
+    topics = list(handler.names.values())
+    source = kafka_stream(spark, cfg.conn, topics, cfg.max_offsets_per_trigger)
+    source = source.select("topic", "partition", "offset", "key", "value", "timestamp")
     query = start_batches(
         source,
         handler,

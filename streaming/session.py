@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from infra.connection import KafkaConnection
+
 
 @dataclass(frozen=True)
 class SparkConfig:
@@ -76,6 +78,21 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def kafka_stream(spark: SparkSession, conn: KafkaConnection, topics: list[str], max_offsets: int | None) -> DataFrame:
+    """A Kafka source over ``topics`` from their earliest offsets (the jobs read compacted topics,
+    which are tables, from the start), never stopping when retention or compaction removed records;
+    large fetches; at most ``max_offsets`` records per micro-batch when given."""
+    reader = spark.readStream.format("kafka").options(**conn.spark_options())
+    reader = reader.option("subscribe", ",".join(topics))
+    reader = reader.option("startingOffsets", "earliest")
+    reader = reader.option("failOnDataLoss", "false")
+    reader = reader.option("kafka.max.partition.fetch.bytes", str(8 << 20))
+    reader = reader.option("kafka.fetch.max.bytes", str(32 << 20))
+    if max_offsets:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    return reader.load()
 
 
 def start_batches(
