@@ -745,15 +745,31 @@ def _arrival_scvs(
     return ca2
 
 
+def _publisher_arrivals(ov: Overlay, tree: RouteTree, paths: _Paths) -> FloatArray:
+    """``arrivals[b, p]``: the rate at which publisher p's events reach broker b."""
+    arrivals = np.zeros((len(ov.broker_ids), len(ov.publisher_ids)))
+    np.add.at(arrivals, (tree.node_broker, tree.node_publisher), paths.node_rate * paths.node_reach)
+    return arrivals
+
+
+def _source_scv(arrivals: FloatArray, pub_scv: FloatArray) -> FloatArray:
+    """Per broker, the rate-weighted inter-publication scv of the publishers whose events it
+    processes (1 where nothing arrives)."""
+    total = arrivals.sum(axis=1)
+    fed = total > 0.0
+    out: FloatArray = np.where(fed, (arrivals * pub_scv).sum(axis=1) / np.where(fed, total, 1.0), 1.0)
+    return out
+
+
 def _source_view(
     arrivals: FloatArray, pub_rate: FloatArray, pub_scv: FloatArray, rho: FloatArray, hybrid: NDArray[np.bool_]
-) -> tuple[FloatArray, FloatArray]:
-    """The publishers' view of each broker's arrivals, and how smooth those publishers are.
+) -> FloatArray:
+    """The publishers' view of each broker's arrival scv.
 
     ``arrivals[b, p]`` is the rate at which publisher p's events reach broker b. Each publisher's
     stream reaches b thinned at random by content and loss (q = arrivals / rate, scv
-    q c_p^2 + 1 - q, exact for i.i.d. content); the streams are superposed by b's rule. Returns
-    that arrival scv and the rate-weighted publisher scv per broker (1 where nothing arrives).
+    q c_p^2 + 1 - q, exact for i.i.d. content); the streams are superposed by b's rule (1 where
+    nothing arrives).
     """
     n_b = arrivals.shape[0]
     total = arrivals.sum(axis=1)
@@ -765,12 +781,17 @@ def _source_view(
     squares = (share * share).sum(axis=1)
     v = np.where(squares > 0.0, 1.0 / np.where(squares > 0.0, squares, 1.0), 1.0)
     w = 1.0 / (1.0 + 4.0 * (1.0 - np.minimum(rho, 1.0)) ** 2 * (v - 1.0))
-    view = np.where(fed, np.where(hybrid[:n_b], w * weighted + 1.0 - w, weighted), 1.0)
-    smooth = np.where(fed, (share * pub_scv).sum(axis=1), 1.0)
-    return view, smooth
+    view: FloatArray = np.where(fed, np.where(hybrid[:n_b], w * weighted + 1.0 - w, weighted), 1.0)
+    return view
 
 
-def _blend_sources(ca2: FloatArray, view: FloatArray, smooth: FloatArray) -> FloatArray:
+def _blend_sources(
+    ca2: FloatArray,
+    arrivals: FloatArray,
+    interarrival: Sequence[Distribution],
+    rho: FloatArray,
+    hybrid: NDArray[np.bool_],
+) -> FloatArray:
     """QNA's arrival scv moved toward the publishers' view when that is smoother.
 
     QNA treats forwarding as random thinning of a broker's whole departure stream; but content
@@ -784,7 +805,10 @@ def _blend_sources(ca2: FloatArray, view: FloatArray, smooth: FloatArray) -> Flo
     error with periodic publishers (deterministic/uniform: MAE 0.054 -> 0.030) and leaves the
     Poisson cases as they were.
     """
-    weight = _SOURCE_BLEND * np.clip(1.0 - smooth, 0.0, 1.0)
+    pub_rate = np.array([1.0 / d.mean if d.mean > 0 else 0.0 for d in interarrival])
+    pub_scv = np.array([d.scv for d in interarrival])
+    view = _source_view(arrivals, pub_rate, pub_scv, rho, hybrid)
+    weight = _SOURCE_BLEND * np.clip(1.0 - _source_scv(arrivals, pub_scv), 0.0, 1.0)
     out: FloatArray = np.where(view < ca2, ca2 - weight * (ca2 - view), ca2)
     return out
 
@@ -819,10 +843,10 @@ def _queues(
     model: str,
     hybrid: NDArray[np.bool_] | None,
     thinning: bool = True,
-    tree: RouteTree | None = None,
+    arrivals: FloatArray | None = None,
 ) -> _Queues:
-    """The brokers' waits; with ``tree`` (and thinning), QNA's arrival scvs are blended with the
-    publishers' view (:func:`_blend_sources`)."""
+    """The brokers' waits; with ``arrivals`` (:func:`_publisher_arrivals`) and thinning, QNA's
+    arrival scvs are blended with the publishers' view (:func:`_blend_sources`)."""
     tau = np.array([d.mean for d in ov.service])
     cs2 = np.array([d.scv if d.mean > 0 else 0.0 for d in ov.service])
     ds3 = np.array([d.third_moment / d.mean**3 if d.mean > 0 else 1.0 for d in ov.service])
@@ -831,12 +855,8 @@ def _queues(
     if model == "mm1" or hybrid is None:
         return _Queues(np.ones(n_b), [WaitModel(mm1_wait(rho[b], tau[b]), min(rho[b], 1.0), 1.0) for b in range(n_b)])
     ca2 = _arrival_scvs(ov, paths, rho, cs2, hybrid, thinning)
-    if thinning and tree is not None:
-        arrivals = np.zeros((n_b, len(ov.publisher_ids)))
-        np.add.at(arrivals, (tree.node_broker, tree.node_publisher), paths.node_rate * paths.node_reach)
-        pub_rate = np.array([1.0 / d.mean if d.mean > 0 else 0.0 for d in ov.interarrival])
-        pub_scv = np.array([d.scv for d in ov.interarrival])
-        ca2 = _blend_sources(ca2, *_source_view(arrivals, pub_rate, pub_scv, rho, hybrid))
+    if thinning and arrivals is not None:
+        ca2 = _blend_sources(ca2, arrivals, ov.interarrival, rho, hybrid)
     return _Queues(ca2, [gg1_wait_model(rho[b], ca2[b], cs2[b], ds3[b], tau[b]) for b in range(n_b)])
 
 
@@ -1702,19 +1722,6 @@ def _low_variability(rho: FloatArray, source_scv: FloatArray, cs2: FloatArray) -
     return out
 
 
-def _source_scv(ov: Overlay, tree: RouteTree, paths: _Paths) -> FloatArray:
-    """Per broker, the rate-weighted inter-publication scv of the publishers whose events it
-    processes (1 where nothing arrives)."""
-    n_b = len(ov.broker_ids)
-    w = paths.node_rate * paths.node_reach
-    pub_scv = np.array([d.scv for d in ov.interarrival] or [1.0])
-    scv = pub_scv[tree.node_publisher] if len(w) else np.zeros(0)
-    total = np.bincount(tree.node_broker, weights=w, minlength=n_b)
-    weighted = np.bincount(tree.node_broker, weights=w * scv, minlength=n_b)
-    out: FloatArray = np.where(total > 0, weighted / np.where(total > 0, total, 1.0), 1.0)
-    return out
-
-
 def _broker_warnings(ids: Sequence[str], rho: FloatArray, risky: NDArray[np.bool_] | None) -> list[str]:
     warnings: list[str] = []
     for b, bid in enumerate(ids):
@@ -1951,10 +1958,11 @@ def _predict(
         rule_sets = {"auto": auto, "asymptotic": np.zeros(n_b, dtype=np.bool_), "hybrid": np.ones(n_b, dtype=np.bool_)}
         chosen = rule_sets[superposition]
         rules = ["hybrid" if h else "asymptotic" for h in chosen.tolist()]
-        states.append(_queues(ov, paths, model, chosen, tree=tree))
+        arrivals = _publisher_arrivals(ov, tree, paths)
+        states.append(_queues(ov, paths, model, chosen, arrivals=arrivals))
         for name in ("asymptotic", "hybrid"):
             if not np.array_equal(rule_sets[name], chosen):
-                states.append(_queues(ov, paths, model, rule_sets[name], tree=tree))
+                states.append(_queues(ov, paths, model, rule_sets[name], arrivals=arrivals))
         states.append(_queues(ov, paths, model, rule_sets["asymptotic"], thinning=False))
     else:
         rules = ["-"] * n_b
@@ -1995,7 +2003,8 @@ def _predict(
 
     risky = None
     if model == "gg1":
-        risky = _low_variability(rho, _source_scv(ov, tree, paths), cs2)
+        pub_scv = np.array([d.scv for d in ov.interarrival])
+        risky = _low_variability(rho, _source_scv(_publisher_arrivals(ov, tree, paths), pub_scv), cs2)
         node_risky = risky[tree.node_broker].copy()
         for d in range(1, len(paths.depth_start) - 1):
             idx = np.arange(paths.depth_start[d], paths.depth_start[d + 1])
@@ -2198,17 +2207,8 @@ def _ref_evaluate(
     else:
         ca2 = _ref_arrival_scvs(net, flows, rho, cs2, rules, thinning)
         if thinning:
-            at_broker = np.flatnonzero(net.link_broker[net.route_link] >= 0)
-            arrivals = np.zeros((n_b, len(net.publisher_ids)))
-            np.add.at(
-                arrivals,
-                (net.link_broker[net.route_link[at_broker]], net.content_publisher[flows.hop_key[at_broker]]),
-                flows.key_rate[flows.hop_key[at_broker]] * flows.hop_reach[at_broker],
-            )
-            pub_rate = np.array([1.0 / d.mean if d.mean > 0 else 0.0 for d in net.interarrival])
-            pub_scv = np.array([d.scv for d in net.interarrival])
             hybrid = np.array([r == "hybrid" for r in rules], dtype=np.bool_)
-            ca2 = _blend_sources(ca2, *_source_view(arrivals, pub_rate, pub_scv, rho, hybrid))
+            ca2 = _blend_sources(ca2, _ref_publisher_arrivals(net, flows), net.interarrival, rho, hybrid)
         waits = [gg1_wait_model(rho[b], ca2[b], cs2[b], ds3[b], tau[b]) for b in range(n_b)]
     service_pmf = [grid.pmf(d) for d in net.service]
     delay_pmf = [_broker_delay_pmf(grid, model, service_pmf[b], rho[b], waits[b], tau[b]) for b in range(n_b)]
@@ -2284,19 +2284,16 @@ def _ref_evaluate(
     return _RefPass(reliability, mean_delay, p95, ca2, waits, mean_wait, hop_id)
 
 
-def _ref_source_scv(net: Network, flows: _RefFlows) -> FloatArray:
-    """Per broker, the rate-weighted inter-publication scv of the publishers whose events it
-    processes (1 where nothing arrives)."""
+def _ref_publisher_arrivals(net: Network, flows: _RefFlows) -> FloatArray:
+    """:func:`_publisher_arrivals` from the route hops."""
     at_broker = np.flatnonzero(net.link_broker[net.route_link] >= 0)
-    b = net.link_broker[net.route_link[at_broker]]
-    w = flows.key_rate[flows.hop_key[at_broker]] * flows.hop_reach[at_broker]
-    pub_scv = np.array([d.scv for d in net.interarrival])
-    scv = pub_scv[net.content_publisher[flows.hop_key[at_broker]]] if len(at_broker) else np.zeros(0)
-    n_b = len(net.broker_ids)
-    total = np.bincount(b, weights=w, minlength=n_b)
-    weighted = np.bincount(b, weights=w * scv, minlength=n_b)
-    out: FloatArray = np.where(total > 0, weighted / np.where(total > 0, total, 1.0), 1.0)
-    return out
+    arrivals = np.zeros((len(net.broker_ids), len(net.publisher_ids)))
+    np.add.at(
+        arrivals,
+        (net.link_broker[net.route_link[at_broker]], net.content_publisher[flows.hop_key[at_broker]]),
+        flows.key_rate[flows.hop_key[at_broker]] * flows.hop_reach[at_broker],
+    )
+    return arrivals
 
 
 def _ref_path_brokers(net: Network, flows: _RefFlows) -> list[set[int]]:
@@ -2388,7 +2385,8 @@ def predict_reference(
         for r in others:
             low = np.fmin(low, r)
             high = np.fmax(high, r)
-        risky = _low_variability(rho, _ref_source_scv(net, flows), cs2)
+        pub_scv = np.array([d.scv for d in net.interarrival])
+        risky = _low_variability(rho, _source_scv(_ref_publisher_arrivals(net, flows), pub_scv), cs2)
         paths = _ref_path_brokers(net, flows)
         margin = np.array(
             [_BASE_MARGIN + (_LOW_VARIABILITY_MARGIN if any(risky[b] for b in p) else 0.0) for p in paths]
