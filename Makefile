@@ -45,6 +45,7 @@ bench: jars
 	$(BIN)/python bench/qos_accuracy.py
 	$(BIN)/python bench/qos_predict_scale.py
 	$(BIN)/python bench/qos_job.py
+	$(BIN)/python bench/distribution.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -95,9 +95,12 @@ def main() -> int:
     n = [sum(b.records.values()) for b in history]
     half = history[len(history) // 2 :]
     sustained = sum(sum(b.records.values()) for b in half) / (sum(b.duration_ms for b in half) / 1000)
+    reports = sum(b.extra["reports"] for b in history)
+    alerts = sum(b.extra["alerts"] for b in history)
+    windows = sum(len(b.extra["windows"]) for b in history)
     print(
-        f"  QoS job: {len(history)} batches, {sum(n):,} records, {sum(b.reports for b in history):,} reports "
-        f"({sum(b.alerts for b in history):,} alerts) over {sum(len(b.windows) for b in history)} windows; "
+        f"  QoS job: {len(history)} batches, {sum(n):,} records, {reports:,} reports "
+        f"({alerts:,} alerts) over {windows} windows; "
         f"wall {wall:.1f} s incl. start-up ({sum(n) / wall:,.0f} records/s overall)"
     )
     print(
@@ -105,7 +108,7 @@ def main() -> int:
         f"(target: 100,000 telemetry records/s); median batch: read+decode "
         f"{statistics.median(b.decode_ms for b in half):,.0f} ms, collect "
         f"{statistics.median(b.collect_ms for b in half):,.0f} ms, monitor "
-        f"{statistics.median(b.monitor_ms for b in half):,.0f} ms, write "
+        f"{statistics.median(b.step_ms for b in half):,.0f} ms, write "
         f"{statistics.median(b.write_ms for b in half):,.0f} ms, "
         f"total {statistics.median(b.duration_ms for b in half):,.0f} ms"
     )

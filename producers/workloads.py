@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from producers.events import EventGenerator
+from routing.micpice import chen_events
 
 Record = dict[str, Any]
 
@@ -302,12 +303,13 @@ class ReliabilityWorkload:
 
 class CompositeWorkload:
     """Composite events of Chen et al. §4.2: one primitive event type per publisher, composite
-    types in levels 2 and 3 with 1-3 components from lower levels, each type popular with
-    probability ``alpha``; a subscriber wants a popular type with probability ``p_pop``, an
-    unpopular one with ``p_unp``. Primitive rates are uniform in (0, 1) events/s; a composite's
-    rate is uniform in (0, min of its components' rates], so it never exceeds their sum. Events
-    carry ``kind`` (the primitive type) and a ``value``; subscriptions are composite trees
-    (``and`` within ``within_ms``) whose leaves select component kinds."""
+    types in levels 2 and 3 with 1-3 components from lower levels (:func:`routing.micpice.chen_events`,
+    the same graph as the MICPICE instances), each type popular with probability ``alpha``; a
+    subscriber wants a popular type with probability ``p_pop``, an unpopular one with ``p_unp``.
+    Primitive rates are uniform in (0, 1) events/s; a composite's rate is uniform in
+    (0, min(1, sum of its components' rates)). Events carry ``kind`` (the primitive type) and a
+    ``value``; subscriptions are composite trees (``and`` within ``within_ms``) whose leaves
+    select component kinds."""
 
     name = "composite"
 
@@ -333,25 +335,13 @@ class CompositeWorkload:
             within_ms=within_ms,
             seed=seed,
         )
-        self.types: list[dict[str, Any]] = [
-            {"id": f"e{i + 1}", "level": 1, "rate": float(rng.uniform(0.01, 1.0)), "publisher": f"cp{i}"}
-            for i in range(publishers)
-        ]
-        level2 = max(1, composites // 2)
-        for j in range(composites):
-            level = 2 if j < level2 else 3
-            pool = [t for t in self.types if t["level"] < level]
-            k = int(rng.integers(1, min(3, len(pool)) + 1))
-            comps = [pool[int(i)] for i in rng.choice(len(pool), size=k, replace=False)]
-            rate = float(rng.uniform(0, min(c["rate"] for c in comps)))
-            self.types.append(
-                {
-                    "id": f"e{publishers + j + 1}",
-                    "level": level,
-                    "rate": max(rate, 1e-3),
-                    "components": [c["id"] for c in comps],
-                }
-            )
+        # the composition graph of Chen et al. 2004 §4.2, shared with the MICPICE instances
+        self.types: list[dict[str, Any]] = []
+        level: dict[str, int] = {}
+        for ev in chen_events([f"cp{i}" for i in range(publishers)], composites, rng):
+            level[ev.id] = 1 if ev.primitive else 1 + max(level[c] for c in ev.components)
+            kind: dict[str, Any] = {"publisher": ev.publisher} if ev.primitive else {"components": list(ev.components)}
+            self.types.append({"id": ev.id, "level": level[ev.id], "rate": ev.lam, **kind})
         for t in self.types:
             t["popular"] = bool(rng.random() < alpha)
         self.interests = [

@@ -139,6 +139,23 @@ def _pack(kind: str, state: Mapping[str, NDArray[Any]]) -> bytes:
     return buf.getvalue()
 
 
+def pack_documents(meta: Mapping[str, Any], **blobs: bytes) -> bytes:
+    """One blob holding a JSON document and named byte strings (a step object's whole state:
+    its tables as JSON, its estimators' own ``to_bytes``); :func:`unpack_documents` reads it."""
+    buf = io.BytesIO()
+    arrays = {name: np.frombuffer(blob, dtype=np.uint8) for name, blob in blobs.items()}
+    np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+def unpack_documents(data: bytes) -> tuple[Any, dict[str, bytes]]:
+    """The JSON document and the named byte strings of :func:`pack_documents`."""
+    with np.load(io.BytesIO(data)) as npz:
+        meta = json.loads(npz["meta"].tobytes().decode())
+        blobs = {name: npz[name].tobytes() for name in npz.files if name != "meta"}
+    return meta, blobs
+
+
 def _unpack(kind: str, data: bytes) -> State:
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
         state = {name: npz[name] for name in npz.files}

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -49,7 +48,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from routing import qos
-from routing.estimation import EstimationConfig, TelemetryEstimator
+from routing.estimation import EstimationConfig, TelemetryEstimator, pack_documents, unpack_documents
 from routing.matching import MatchIndex
 from routing.subscriptions import SubscriptionRecord, plan_change
 
@@ -583,19 +582,12 @@ class QosMonitor:
             "last_report_ms": self.last_report_ms,
             "counters": self.counters,
         }
-        buf = io.BytesIO()
-        np.savez(
-            buf,
-            meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-            estimator=np.frombuffer(self.estimator.to_bytes(), dtype=np.uint8),
-        )
-        return buf.getvalue()
+        return pack_documents(meta, estimator=self.estimator.to_bytes())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> QosMonitor:
-        with np.load(io.BytesIO(data)) as blob:
-            meta = json.loads(blob["meta"].tobytes().decode())
-            estimator_blob = blob["estimator"].tobytes()
+        meta, blobs = unpack_documents(data)
+        estimator_blob = blobs["estimator"]
         cfg = dict(meta["config"])
         cfg["estimation"] = EstimationConfig(**cfg["estimation"])
         monitor = cls(MonitorConfig(**cfg))

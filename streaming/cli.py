@@ -243,6 +243,40 @@ def cmd_qos(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """SPEC.md section 5: plan how events travel (``distribution``), make a random instance, check a plan."""
+    from routing import micpice
+
+    if args.action == "instance":
+        from routing.topology import generate
+
+        topo = generate(args.topology, seed=args.seed) if args.topology else None
+        inst = micpice.chen_instance(
+            topo,
+            composites=args.composites,
+            alpha=args.alpha,
+            p_pop=args.p_pop,
+            p_unp=args.p_unp,
+            p_c=args.p_c,
+            seed=args.seed,
+        )
+        print(json.dumps(inst.to_json(), indent=2))
+        return 0
+    if not args.instance:
+        raise ValueError(f"plan {args.action} needs --instance FILE (a SPEC.md section 5 instance)")
+    inst = micpice.Instance.from_json(json.loads(Path(args.instance).read_text()))
+    if args.action == "check":
+        from routing.micpice_check import check_plan
+
+        if not args.plan:
+            raise ValueError("plan check needs --plan FILE (a SPEC.md section 5 plan)")
+        verdict = check_plan(inst, micpice.Plan.from_json(json.loads(Path(args.plan).read_text())))
+        print(json.dumps({"ok": verdict.ok, "cost": verdict.cost, "problems": list(verdict.problems)}, indent=2))
+        return 0 if verdict.ok else 1
+    print(json.dumps(micpice.plan(inst, args.method, order=args.order, seed=args.seed).to_json(), indent=2))
+    return 0
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run the overlay simulator and emit what a real overlay would: events, telemetry, receipts."""
     import time as _time
@@ -371,6 +405,50 @@ def cmd_match_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_routes_job(args: argparse.Namespace) -> int:
+    from routing.route_planner import PlannerConfig
+    from streaming.routes_job import RoutesConfig, run
+
+    checkpoint, stats = _job_paths(args, "routes")
+    planner = PlannerConfig(
+        plan_id=args.plan_id,
+        method=args.method,
+        order=args.order,
+        check_period_ms=int(args.check_period_s * 1000),
+        rate_window_ms=int(args.check_period_s * 1000) * args.window_periods,
+        drift=args.drift,
+        sustain=args.sustain,
+        min_saving=args.min_saving,
+        link_cost=args.link_cost,
+    )
+    cfg = RoutesConfig(
+        conn=connection(args),
+        checkpoint=checkpoint,
+        planner=planner,
+        topic_prefix=args.topic_prefix,
+        available_now=args.available_now,
+        trigger_interval=args.trigger_interval,
+        lateness_ms=int(args.lateness_s * 1000),
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        stats_file=stats,
+    )
+    spark = _spark(args)
+    print(
+        f"[routes] topology, subscriptions, matches, link telemetry -> {cfg.topic('siftstream.routes.v1')} "
+        f"({planner.method}); checked every {args.check_period_s:g} s, checkpoint {checkpoint}",
+        file=sys.stderr,
+    )
+    history = run(spark, cfg, quiet=args.quiet)
+    spark.stop()
+    plans = sum(b.extra["plans"] for b in history)
+    print(
+        f"[routes] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
+        f"{sum(b.dead_letters for b in history):,} dead-lettered, {plans} plans written",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_qos_job(args: argparse.Namespace) -> int:
     from streaming.qos_job import QosConfig, run
 
@@ -397,10 +475,10 @@ def cmd_qos_job(args: argparse.Namespace) -> int:
     )
     history = run(spark, cfg, quiet=args.quiet)
     spark.stop()
+    reports, alerts = sum(b.extra["reports"] for b in history), sum(b.extra["alerts"] for b in history)
     print(
         f"[qos] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
-        f"{sum(b.dead_letters for b in history):,} dead-lettered, {sum(b.reports for b in history):,} reports, "
-        f"{sum(b.alerts for b in history):,} alerts",
+        f"{sum(b.dead_letters for b in history):,} dead-lettered, {reports:,} reports, {alerts:,} alerts",
         file=sys.stderr,
     )
     return 0
@@ -585,6 +663,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_qos)
 
+    p = sub.add_parser(
+        "plan", help="distribution planning (SPEC.md section 5): min-cost routes under policy constraints"
+    )
+    p.add_argument(
+        "action",
+        choices=["distribution", "instance", "check"],
+        help="distribution: plan an instance; instance: a random instance as in Chen et al. 4.2; check: verify a plan",
+    )
+    p.add_argument("--instance", help="distribution, check: the SPEC.md section 5 instance (JSON)")
+    p.add_argument("--plan", help="check: the plan to verify (JSON, SPEC.md section 5 output)")
+    p.add_argument(
+        "--method",
+        choices=["greedy", "enhanced", "exact"],
+        default="enhanced",
+        help="greedy or enhanced heuristic (Chen et al. 3.3), or exact (a proven optimum, small instances) "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--order",
+        choices=["min-cost", "longest", "random"],
+        default="min-cost",
+        help="enhanced: the order subscribers are served in (default: %(default)s)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random order; instance: the random draw (default: %(default)s)")
+    p.add_argument(
+        "--topology", help="instance: a named topology or generator (default: chen-flat-12 drawn from --seed)"
+    )
+    p.add_argument(
+        "--composites", type=int, default=2, help="instance: number of composite events (default: %(default)s)"
+    )
+    p.add_argument(
+        "--alpha", type=float, default=0.2, help="instance: probability an event is popular (default: %(default)s)"
+    )
+    p.add_argument(
+        "--p-pop", type=float, default=0.6, help="instance: interest in a popular event (default: %(default)s)"
+    )
+    p.add_argument(
+        "--p-unp", type=float, default=0.1, help="instance: interest in an unpopular event (default: %(default)s)"
+    )
+    p.add_argument(
+        "--p-c",
+        type=float,
+        default=0.0,
+        help="instance: probability a (link, event) is forbidden (default: %(default)s)",
+    )
+    p.set_defaults(func=cmd_plan)
+
     p = sub.add_parser("simulate", help="play a broker overlay: events, link/broker telemetry, receipts")
     _common(p)
     p.add_argument("--system", help="a SPEC.md section 4 network (default: the reliability paper's 20-broker tree)")
@@ -618,6 +743,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=["gg1", "mm1"], default="gg1", help="reliability model (default: %(default)s)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_qos_job)
+
+    p = sub.add_parser("routes-job", help="run the routes job: overlay, matches, telemetry -> distribution plans")
+    _job_opts(p, "routes")
+    p.add_argument("--trigger-interval", default="5 seconds", help="micro-batch interval (default: %(default)s)")
+    p.add_argument("--plan-id", default="overlay", help="key of the plan records (default: %(default)s)")
+    p.add_argument("--method", choices=["greedy", "enhanced", "exact"], default="enhanced")
+    p.add_argument("--order", choices=["min-cost", "longest", "random"], default="min-cost")
+    p.add_argument(
+        "--check-period-s", type=float, default=10.0, help="how often to compare inputs (default: %(default)s)"
+    )
+    p.add_argument("--window-periods", type=int, default=6, help="rates over this many periods (default: %(default)s)")
+    p.add_argument("--drift", type=float, default=0.25, help="relative change that counts (default: %(default)s)")
+    p.add_argument("--sustain", type=int, default=2, help="checks a drift must last (default: %(default)s)")
+    p.add_argument("--min-saving", type=float, default=0.05, help="switch routes only if this much cheaper")
+    p.add_argument("--link-cost", choices=["topology", "delay"], default="topology", help="what a link costs")
+    p.add_argument("--lateness-s", type=float, default=5.0, help="how late matches may come (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_routes_job)
 
     p = sub.add_parser("validate", help="run the validation / dead-letter job")
     _job_opts(p, "validation")

@@ -5,7 +5,9 @@ link telemetry, the validation job over everything new, and a summary of what wa
 what went to the dead letter and why; then a simulated broker overlay (the reliability paper's
 20-broker tree) publishes its topology, subscriptions with a reliability wish, events, telemetry
 and receipts, and the QoS job turns them into predicted and measured reliability per
-subscriber, with alerts. Later capabilities join this same command.
+subscriber, with alerts; the matching job matches the overlay's events against its
+subscriptions, and the routes job turns the matches' rates into a min-cost distribution plan
+(MICPICE). Later capabilities join this same command.
 """
 
 from __future__ import annotations
@@ -159,10 +161,11 @@ def run_demo(cfg: DemoConfig) -> int:
     console.print(verdict)
 
     qos_ok = _qos_stage(cfg, conn, jars, console)
+    routes_ok = _routes_stage(cfg, conn, jars, console)
     console.print(
         f"finished in {time.monotonic() - t0:.0f}s. The broker keeps running: `siftstream infra down` stops it."
     )
-    return 0 if got_ok == expected_ok and qos_ok else 1
+    return 0 if got_ok == expected_ok and qos_ok and routes_ok else 1
 
 
 def _qos_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) -> bool:
@@ -248,7 +251,63 @@ def _qos_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) 
     alerts = [r for r in latest if r["alert"]]
     console.print(
         f"{len(subs)} subscribers reported, {len(alerts)} alerts in the latest window; "
-        f"{sum(len(b.windows) for b in history)} windows this run. Example alert: "
+        f"{sum(len(b.extra['windows']) for b in history)} windows this run. Example alert: "
         + (alerts[0]["alert"]["message"] if alerts else "none")
     )
     return True
+
+
+def _routes_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) -> bool:
+    """Match the overlay's events (matching job), plan their distribution from the matches' rates
+    (routes job; checkpoints persist across runs, as a deployment's would) and print the plan."""
+    from collections import Counter
+
+    from rich.table import Table
+
+    from routing.route_planner import PlannerConfig
+    from streaming.matching_job import MatchingConfig
+    from streaming.matching_job import run as run_matching
+    from streaming.readers import read_topic
+    from streaming.routes_job import RoutesConfig
+    from streaming.routes_job import run as run_routes
+    from streaming.session import SparkConfig, build_session
+
+    prefix = "demo-overlay."
+    spark = build_session(SparkConfig(master=cfg.master), jars)
+    spark.sparkContext.setLogLevel("ERROR")
+    _say("matching the overlay's events against its subscriptions (matching job, available-now)")
+    mcfg = MatchingConfig(
+        conn=conn, checkpoint=cfg.home / "checkpoints" / "matching-demo", topic_prefix=prefix, available_now=True
+    )
+    matched = run_matching(spark, mcfg, quiet=True)
+    _say(f"{sum(b.matches for b in matched):,} matches; planning their distribution (routes job, available-now)")
+    rcfg = RoutesConfig(
+        conn=conn,
+        checkpoint=cfg.home / "checkpoints" / "routes-demo",
+        planner=PlannerConfig(check_period_ms=10_000, rate_window_ms=60_000),
+        topic_prefix=prefix,
+        available_now=True,
+    )
+    run_routes(spark, rcfg, quiet=True)
+    spark.stop()
+    plans = [r.value for r in read_topic(conn, prefix + "siftstream.routes.v1", "RoutePlan")]
+    if not plans:
+        console.print("routes job wrote no plan")
+        return False
+    plan = max(plans, key=lambda p: (p["planned_at"], p["version"]))
+    per_link = Counter((t["from"], t["to"]) for t in plan["transmissions"])
+    flows = {t["event"] for t in plan["transmissions"]}
+    table = Table(title=f"SiftStream routes: plan v{plan['version']} ({plan['method']}), the 8 busiest links")
+    for col in ("link", "flows sent", "example flow (publisher|filter)"):
+        table.add_column(col)
+    for (u, v), n in per_link.most_common(8):
+        example = next(t["event"] for t in plan["transmissions"] if (t["from"], t["to"]) == (u, v))
+        table.add_row(f"{u} -> {v}", str(n), example)
+    console.print(table)
+    cost = "infeasible" if plan["cost"] is None else f"{plan['cost']:.1f} (events/s x link cost)"
+    previous = "" if plan["previous_cost"] is None else f", replacing a plan costing {plan['previous_cost']:.1f}"
+    console.print(
+        f"plan cost {cost}{previous}: {len(flows)} publisher/filter flows over {len(per_link)} links; "
+        f"{len(plans)} plans on the topic; why: {'; '.join(plan['reasons'][:3])}"
+    )
+    return bool(plan["feasible"])

@@ -34,10 +34,8 @@ Limits: the checkpoint must be a local (driver-side) path; telemetry is aggregat
 
 from __future__ import annotations
 
-import json
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,11 +45,13 @@ from infra.connection import KafkaConnection
 from routing.estimation import EstimationConfig
 from routing.qos_monitor import MonitorConfig, QosMonitor
 from routing.subscriptions import SubscriptionRecord
-from schemas.topics import DEADLETTER_TOPIC, TOPICS
-from streaming.session import await_query, kafka_stream, start_batches
+from schemas.codec import codec_for
+from schemas.topics import TOPICS
+from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows
+from streaming.session import await_query
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 TOPOLOGY = "siftstream.topology.v1"
@@ -62,7 +62,6 @@ BROKERS = "siftstream.telemetry.brokers.v1"
 RECEIPTS = "siftstream.receipts.v1"
 QOS = "siftstream.qos.v1"
 INPUTS = (TOPOLOGY, SUBSCRIPTIONS, EVENTS, LINKS, BROKERS, RECEIPTS)
-KEEP_STATES = 3  # state files kept besides the newest
 
 
 @dataclass(frozen=True)
@@ -122,106 +121,6 @@ class QosConfig:
         return MonitorConfig(update_period_ms=self.update_period_ms, estimation=estimation, model=self.model)
 
 
-# ---- per-topic projections, built once -------------------------------------------------------
-
-FIELDS: dict[str, list[tuple[str, str]]] = {
-    TOPOLOGY: [
-        ("kind", "t_kind"),
-        ("broker", "t_broker"),
-        ("from", "t_from"),
-        ("to", "t_to"),
-        ("reliability", "t_reliability"),
-    ],
-    SUBSCRIPTIONS: [
-        ("type", "s_op"),
-        ("subscription_id", "s_id"),
-        ("subscriber_id", "s_subscriber"),
-        ("broker", "s_broker"),
-        ("filter", "s_filter"),
-        ("composite", "s_composite"),
-        ("deadline_ms", "s_deadline"),
-        ("min_reliability", "s_min_reliability"),
-    ],
-    EVENTS: [
-        ("event_id", "e_id"),
-        ("publisher_id", "e_publisher"),
-        ("published_at", "e_at"),
-        ("lifetime_ms", "e_lifetime"),
-    ]
-    + [(f"attributes.{k}", f"e_{k}") for k in ("longs", "doubles", "strings", "booleans")],
-    LINKS: [
-        ("from", "l_from"),
-        ("to", "l_to"),
-        ("seq", "l_seq"),
-        ("sent_at", "l_sent"),
-        ("delay_ms", "l_delay"),
-        ("lost", "l_lost"),
-    ],
-    BROKERS: [("broker_id", "b_id"), ("arrived_at", "b_at"), ("wait_ms", "b_wait"), ("service_ms", "b_service")],
-    RECEIPTS: [("subscriber_id", "r_subscriber"), ("event_id", "r_event"), ("received_at", "r_at")],
-}
-
-
-class TopicReader:
-    """One input topic's decoder and projection: its good records' fields, and for rejected
-    records what a dead letter needs (raw key and value, coordinates, the verdict)."""
-
-    def __init__(self, topic: str, name: str) -> None:
-        from pyspark.sql import functions as F
-
-        from streaming.decode import TopicDecoder
-
-        self.topic, self.name = topic, name
-        self.decoder = TopicDecoder(TOPICS[topic])
-        self.where = F.col("topic") == name
-        bad = F.col("error_code").isNotNull()
-        rec = F.col("record")
-        fields = []
-        for path, alias in FIELDS[topic]:
-            c = rec
-            for part in path.split("."):
-                c = c[part]
-            fields.append((c.cast("string") if alias in ("t_kind", "s_op") else c).alias(alias))
-        self.columns = [
-            F.col("topic"),
-            F.col("partition"),
-            F.col("offset"),
-            F.unix_millis("timestamp").alias("ts_ms"),
-            F.col("error_code"),
-            F.col("reason"),
-            F.col("key").cast("string").alias("key_text"),
-            F.col("value").isNull().alias("tombstone"),
-            F.when(bad, F.col("key")).alias("bad_key"),
-            F.when(bad, F.col("value")).alias("bad_value"),
-            *fields,
-        ]
-
-    def collect(self, batch: DataFrame) -> Any:
-        """This topic's rows of ``batch`` as an Arrow table."""
-        return self.decoder(batch.where(self.where)).select(*self.columns).toArrow()
-
-
-# ---- the micro-batch --------------------------------------------------------------------------
-
-
-@dataclass
-class QosBatchStats:
-    """What one micro-batch did (one JSON line of the stats file)."""
-
-    batch_id: int
-    records: dict[str, int] = field(default_factory=dict)
-    dead_letters: int = 0
-    reports: int = 0
-    alerts: int = 0
-    windows: list[int] = field(default_factory=list)
-    watermark_ms: float | None = None
-    decode_ms: float = 0.0
-    collect_ms: float = 0.0
-    monitor_ms: float = 0.0
-    write_ms: float = 0.0
-    duration_ms: float = 0.0
-
-
 def _attributes(table: Any, rows: np.ndarray) -> list[dict[str, object]]:
     """Per event row, its attributes as one mapping (the four typed maps merged)."""
     out: list[dict[str, object]] = [{} for _ in rows]
@@ -233,51 +132,28 @@ def _attributes(table: Any, rows: np.ndarray) -> list[dict[str, object]]:
     return out
 
 
-class QosBatch:
+class QosBatch(DriverBatch):
     """The ``foreachBatch`` function: feeds the monitor and writes reports and dead letters."""
 
+    job = "qos"
+
     def __init__(self, spark: SparkSession, cfg: QosConfig, quiet: bool = True) -> None:
-        self.spark, self.cfg, self.quiet = spark, cfg, quiet
-        self.names = {topic: cfg.topic(topic) for topic in INPUTS}
-        self.readers = {topic: TopicReader(topic, name) for topic, name in self.names.items()}
+        names = {topic: cfg.topic(topic) for topic in INPUTS}
+        super().__init__(spark, cfg.conn, names, cfg.state_folder, cfg.topic_prefix, cfg.stats_file, quiet)
+        self.cfg = cfg
         self.monitor: QosMonitor | None = None
-        self.max_time_ms = -np.inf
-        self.history: list[QosBatchStats] = []
 
-    # -- state ----------------------------------------------------------------------------
-
-    def _state_path(self, batch_id: int) -> Path:
-        return self.cfg.state_folder / f"{batch_id}.npz"
-
-    def _restore(self, batch_id: int) -> None:
-        path = self._state_path(batch_id - 1)
-        if batch_id > 0 and path.exists():
-            blob = path.read_bytes()
-            self.monitor = QosMonitor.from_bytes(blob[8:])
-            self.max_time_ms = float(np.frombuffer(blob[:8], dtype=np.float64)[0])
-            return
-        if batch_id > 0:
-            print(
-                f"[qos] warning: no monitor state for batch {batch_id - 1} in {self.cfg.state_folder}; "
-                "starting empty (estimates rebuild over the next window)",
-                file=sys.stderr,
-            )
+    def new_state(self) -> None:
         self.monitor = QosMonitor(self.cfg.monitor_config())
 
-    def _save(self, batch_id: int) -> None:
+    def load_state(self, blob: bytes) -> None:
+        self.monitor = QosMonitor.from_bytes(blob)
+
+    def dump_state(self) -> bytes:
         assert self.monitor is not None
-        folder = self.cfg.state_folder
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{batch_id}.tmp"
-        tmp.write_bytes(np.float64(self.max_time_ms).tobytes() + self.monitor.to_bytes())
-        tmp.replace(self._state_path(batch_id))
-        for old in folder.glob("*.npz"):
-            if old.stem.isdigit() and int(old.stem) < batch_id - KEEP_STATES:
-                old.unlink(missing_ok=True)
+        return self.monitor.to_bytes()
 
-    # -- feeding --------------------------------------------------------------------------
-
-    def _feed(self, tables: dict[str, Any], stats: QosBatchStats) -> None:
+    def _feed(self, tables: dict[str, Any], stats: BatchStats) -> None:
         """Good records to the monitor: the overlay's shape first, then the measurements."""
         import pyarrow.compute as pc
 
@@ -286,18 +162,11 @@ class QosBatch:
         times: list[float] = []
 
         def good(topic: str) -> tuple[Any, np.ndarray]:
-            table = tables[topic]
-            ok = np.asarray(pc.is_null(table.column("error_code")).to_numpy(zero_copy_only=False), dtype=bool)
-            order = np.lexsort(
-                (table.column("offset").to_numpy(zero_copy_only=False), table.column("partition").to_numpy())
-            )
-            idx = order[ok[order]]
+            idx = good_rows(tables[topic])
             stats.records[topic] = len(idx)
-            return table, idx
+            return tables[topic], idx
 
-        def col(table: Any, name: str, idx: np.ndarray) -> np.ndarray:
-            return np.asarray(table.column(name).take(idx).to_numpy(zero_copy_only=False))
-
+        col = column
         table, idx = good(TOPOLOGY)
         if len(idx):
             rows = table.take(idx).to_pylist()
@@ -381,118 +250,39 @@ class QosBatch:
         if times:
             self.max_time_ms = max(self.max_time_ms, *times)
 
-    def _dead_letters(self, tables: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """Rejected records of every topic, as rows for ``_output``'s dead-letter frame."""
-        out: list[tuple[Any, ...]] = []
-        for table in tables.values():
-            bad = table.filter(table.column("error_code").is_valid())
-            if bad.num_rows:
-                cols = ["topic", "partition", "offset", "ts_ms", "bad_key", "bad_value", "error_code", "reason"]
-                out += list(zip(*(bad.column(c).to_pylist() for c in cols), strict=True))
-        return out
-
-    # -- the batch --------------------------------------------------------------------------
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
-        stats = QosBatchStats(batch_id)
-        if self.monitor is None:
-            self._restore(batch_id)
+    def step(self, tables: dict[str, Any], stats: BatchStats) -> list[tuple[str, bytes, bytes]]:
+        """Feed the monitor, move its clock to the watermark, encode every period's reports."""
         assert self.monitor is not None
-        batch.persist()
-        try:
-            batch.count()  # read once, into the cache
-            stats.decode_ms = (time.monotonic() - started) * 1000
-            t0 = time.monotonic()
-            tables = {topic: reader.collect(batch) for topic, reader in self.readers.items()}
-            stats.collect_ms = (time.monotonic() - t0) * 1000
-        finally:
-            batch.unpersist()
-        t0 = time.monotonic()
         self._feed(tables, stats)
         records: list[dict[str, Any]] = []
+        windows: list[int] = []
         if np.isfinite(self.max_time_ms):
             watermark = self.max_time_ms - self.cfg.lateness_ms
             stats.watermark_ms = watermark
             for end in self.monitor.advance(watermark):
                 reports, problems = self.monitor.report(end)
                 records += reports
-                stats.windows.append(end)
+                windows.append(end)
                 if problems and not self.quiet:
                     print(f"[qos] window {end}: {len(problems)} notes, e.g. {problems[0]}", file=sys.stderr)
-        stats.monitor_ms = (time.monotonic() - t0) * 1000
-        stats.reports = len(records)
-        stats.alerts = sum(1 for r in records if r["alert"] is not None)
-        self._save(batch_id)
-
-        t0 = time.monotonic()
-        dead = self._dead_letters(tables)
-        stats.dead_letters = len(dead)
-        if dead or records:
-            self._output(dead, records).write.format("kafka").options(**self.cfg.conn.spark_options()).save()
-        stats.write_ms = (time.monotonic() - t0) * 1000
-        stats.duration_ms = (time.monotonic() - started) * 1000
-        self._report(stats)
-
-    def _output(self, dead: list[tuple[Any, ...]], records: list[dict[str, Any]]) -> DataFrame:
-        """One frame for one Kafka write: dead letters (encoded as every job does) and reports."""
-        from pyspark.sql import functions as F
-
-        from streaming.decode import dead_letter_columns
-
-        schema = (
-            "topic string, partition int, offset long, ts_ms long, key binary, value binary, "
-            "error_code string, reason string"
-        )
-        df = self.spark.createDataFrame(dead, schema).withColumn("timestamp", F.timestamp_millis("ts_ms"))
-        key, value = dead_letter_columns()
-        deadletter = F.lit(self.cfg.topic(DEADLETTER_TOPIC)).alias("topic")
-        out = df.select(deadletter, key.alias("key"), value.alias("value"))
-        return out.unionByName(self._reports_frame(records)) if records else out
-
-    def _reports_frame(self, records: list[dict[str, Any]]) -> DataFrame:
-        from schemas.codec import codec_for
-
+        stats.extra = {
+            "reports": len(records),
+            "alerts": sum(1 for r in records if r["alert"] is not None),
+            "windows": windows,
+        }
         codec = codec_for(TOPICS[QOS].schema)
         topic = self.cfg.topic(QOS)
-        rows = [(topic, f"{r['kind']}:{r['id']}".encode(), codec.encode(r)) for r in records]
-        return self.spark.createDataFrame(rows, "topic string, key binary, value binary")
-
-    def _report(self, stats: QosBatchStats) -> None:
-        self.history.append(stats)
-        if self.cfg.stats_file is not None:
-            self.cfg.stats_file.parent.mkdir(parents=True, exist_ok=True)
-            with self.cfg.stats_file.open("a") as f:
-                f.write(json.dumps(stats.__dict__) + "\n")
-        if not self.quiet:
-            counts = ", ".join(f"{v:,} {k.split('.')[-2]}" for k, v in stats.records.items() if v)
-            print(
-                f"[qos] batch {stats.batch_id}: {counts or 'no records'}; {stats.dead_letters:,} dead letters; "
-                f"{len(stats.windows)} windows, {stats.reports} reports, {stats.alerts} alerts; "
-                f"{stats.duration_ms:.0f} ms",
-                file=sys.stderr,
-                flush=True,
-            )
+        return [(topic, f"{r['kind']}:{r['id']}".encode(), codec.encode(r)) for r in records]
 
 
 def build_query(spark: SparkSession, cfg: QosConfig, quiet: bool = True) -> tuple[StreamingQuery, QosBatch]:
     """Wire Kafka (the six inputs) -> ``QosBatch`` -> Kafka and start the query."""
     handler = QosBatch(spark, cfg, quiet)
-    topics = list(handler.names.values())
-    source = kafka_stream(spark, cfg.conn, topics, cfg.max_offsets_per_trigger)
-    source = source.select("topic", "partition", "offset", "key", "value", "timestamp")
-    query = start_batches(
-        source,
-        handler,
-        cfg.query_checkpoint,
-        f"siftstream-qos-{cfg.topic_prefix or 'default'}",
-        cfg.available_now,
-        cfg.trigger_interval,
-    )
+    query = handler.start(cfg.query_checkpoint, cfg.available_now, cfg.trigger_interval, cfg.max_offsets_per_trigger)
     return query, handler
 
 
-def run(spark: SparkSession, cfg: QosConfig, quiet: bool = False) -> list[QosBatchStats]:
+def run(spark: SparkSession, cfg: QosConfig, quiet: bool = False) -> list[BatchStats]:
     """Run until done (available-now) or interrupted; raise RuntimeError when the query failed."""
     query, handler = build_query(spark, cfg, quiet)
     await_query(query, "qos")

@@ -519,3 +519,167 @@ def wire_events(names: tuple[str, ...] = INDEX_NAMES, max_events: int = 12) -> s
             for i, a in enumerate(attrs)
         ]
     )
+
+
+# --- TID routing on cyclic broker overlays (routing.tid_routing) -------------------------------
+# Connected cyclic broker graphs (a random spanning tree plus extra links), a few link delays, and
+# filters and events over a small vocabulary, so that subscriptions overlap several advertisements
+# and publications match often. Link delays change between advertisements, which is what gives a
+# subscription different last hops on different trees (with fixed delays they all agree).
+
+from dataclasses import field as _field  # noqa: E402
+
+TID_SYMBOLS = ("A", "B", "C")
+TID_PREDICATES = (
+    "sym = 'A'",
+    "sym = 'B'",
+    "sym != 'C'",
+    "sym in ('A', 'C')",
+    "x < 2",
+    "x >= 2",
+    "x = 3",
+    "x between 1 and 3",
+    "x exists",
+)
+TID_DELAYS = (1.0, 2.0, 3.0, 5.0, 8.0, 13.0)
+
+
+def tid_filters() -> st.SearchStrategy[str]:
+    """Filter texts of one or two predicates over ``sym`` (strings) and ``x`` (numbers)."""
+    return st.lists(st.sampled_from(TID_PREDICATES), min_size=1, max_size=2, unique=True).map(" and ".join)
+
+
+def tid_events() -> st.SearchStrategy[dict[str, object]]:
+    """Publication attributes over ``sym`` and ``x`` (``sym`` sometimes missing)."""
+    return st.fixed_dictionaries({"x": st.integers(0, 4)}, optional={"sym": st.sampled_from(TID_SYMBOLS)})
+
+
+_TID_FILTERS = tid_filters()
+_TID_EVENTS = tid_events()
+
+
+@st.composite
+def cyclic_broker_graphs(
+    draw: st.DrawFn, min_brokers: int = 3, max_brokers: int = 12, max_extra: int = 4
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """``(brokers, links)``: a connected graph with at least one cycle; ids ``b0``, ``b1``, ..."""
+    n = draw(st.integers(min_brokers, max_brokers))
+    brokers = tuple(f"b{i}" for i in range(n))
+    links = {(brokers[draw(st.integers(0, i - 1))], brokers[i]) for i in range(1, n)}
+    spare = sorted((u, v) for i, u in enumerate(brokers) for v in brokers[i + 1 :] if (u, v) not in links)
+    spare = [(u, v) for u, v in spare if (v, u) not in links]
+    links |= set(draw(st.lists(st.sampled_from(spare), min_size=1, max_size=max_extra, unique=True)))
+    return brokers, tuple(sorted(links))
+
+
+@dataclass(frozen=True)
+class TidScenario:
+    """A broker graph, where each client sits, and a script of overlay operations.
+
+    ``ops`` items: ``("delay", u, v, d)``, ``("advertise", adv_id, publisher, filter_text)``,
+    ``("subscribe", sub_id, subscriber, filter_text)``, ``("unsubscribe", sub_id)`` and
+    ``("observe", broker, neighbour, d)``; ``publications`` are ``(publisher, attributes)``."""
+
+    brokers: tuple[str, ...]
+    links: tuple[tuple[str, str], ...]
+    delays: dict[tuple[str, str], float]
+    publishers: dict[str, str]
+    subscribers: dict[str, str]
+    ops: tuple[tuple[Any, ...], ...]
+    publications: tuple[tuple[str, dict[str, object]], ...] = _field(default=())
+
+
+@st.composite
+def tid_scenarios(
+    draw: st.DrawFn,
+    max_brokers: int = 12,
+    max_ops: int = 30,
+    unsubscribe: bool = True,
+    max_publications: int = 6,
+) -> TidScenario:
+    """A random overlay script: advertisements by up to 3 publishers, subscriptions by up to 5
+    subscribers, link delay changes and Link Delay Table observations, in any order (so some
+    subscriptions come before the advertisements they overlap), and publications to check."""
+    brokers, links = draw(cyclic_broker_graphs(max_brokers=max_brokers))
+    delays = {link: draw(st.sampled_from(TID_DELAYS)) for link in links}
+    publishers = {f"P{i}": draw(st.sampled_from(brokers)) for i in range(draw(st.integers(1, 3)))}
+    subscribers = {f"S{i}": draw(st.sampled_from(brokers)) for i in range(draw(st.integers(1, 5)))}
+    # weights by repetition: mostly advertisements and subscriptions, with delays redrawn between them
+    weighted = ["advertise"] * 3 + ["subscribe"] * 4 + ["delays", "observe"] + (["unsubscribe"] if unsubscribe else [])
+    kinds = st.sampled_from(weighted)
+    pick_publisher, pick_subscriber = st.sampled_from(sorted(publishers)), st.sampled_from(sorted(subscribers))
+    pick_link, pick_delay = st.sampled_from(links), st.sampled_from(TID_DELAYS)
+    ops: list[tuple[Any, ...]] = []
+    live: list[str] = []
+    for k in range(draw(st.integers(1, max_ops))):
+        kind = draw(kinds)
+        if kind == "advertise":
+            ops.append(("advertise", f"a{k}", draw(pick_publisher), draw(_TID_FILTERS)))
+        elif kind == "subscribe":
+            ops.append(("subscribe", f"s{k}", draw(pick_subscriber), draw(_TID_FILTERS)))
+            live.append(f"s{k}")
+        elif kind == "unsubscribe" and live:
+            ops.append(("unsubscribe", live.pop(draw(st.integers(0, len(live) - 1)))))
+        elif kind == "delays":  # redraw some links' delays at once, so that later trees differ
+            for u, v in draw(st.lists(pick_link, min_size=1, max_size=len(links), unique=True)):
+                ops.append(("delay", u, v, draw(pick_delay)))
+        elif kind == "observe":
+            ends = draw(pick_link)
+            u, v = ends if draw(st.booleans()) else ends[::-1]
+            ops.append(("observe", u, v, draw(pick_delay)))
+    advertised = sorted({op[2] for op in ops if op[0] == "advertise"}) or sorted(publishers)
+    pick_advertiser = st.sampled_from(advertised)  # mostly publishers that advertised
+    publications = tuple(
+        (draw(st.one_of(pick_advertiser, pick_advertiser, pick_publisher)), draw(_TID_EVENTS))
+        for _ in range(draw(st.integers(1, max_publications)))
+    )
+    return TidScenario(brokers, links, delays, publishers, subscribers, tuple(ops), publications)
+
+
+# --- MICPICE instances (routing.micpice, routing.micpice_exact) --------------------------------
+# Tiny instances for the exact planner's brute-force oracle: 3-5 nodes, 1-3 events (composites
+# built from earlier events, so up to three levels), random links, costs (zero included), policy
+# and interests. At most ``max_pairs`` (link, event) pairs are policy-allowed, so an oracle that
+# enumerates every subset of them stays under 2**max_pairs subsets.
+
+from routing.micpice import Instance as _MicpiceInstance  # noqa: E402
+
+MICPICE_COSTS = (0.0, 0.5, 1.0, 2.0, 3.0)
+MICPICE_RATES = (0.25, 0.5, 1.0, 2.0)
+
+
+@st.composite
+def micpice_tiny_instances(draw: st.DrawFn, max_pairs: int = 12) -> _MicpiceInstance:
+    """A small MICPICE instance with at most ``max_pairs`` policy-allowed (link, event) pairs."""
+    n = draw(st.integers(3, 5))
+    names = [f"n{i}" for i in range(n)]
+    roles = ["publisher"] + [draw(st.sampled_from(("publisher", "broker", "subscriber"))) for _ in range(n - 2)]
+    roles.append("subscriber")
+    publishers = [v for v, r in zip(names, roles, strict=True) if r == "publisher"]
+    subscribers = [v for v, r in zip(names, roles, strict=True) if r == "subscriber"]
+    events: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(1, 2))):
+        rate, publisher = draw(st.sampled_from(MICPICE_RATES)), draw(st.sampled_from(publishers))
+        events.append({"id": f"e{i + 1}", "rate": rate, "publisher": publisher})
+    for _ in range(draw(st.integers(0, 3 - len(events)))):
+        ids = [e["id"] for e in events]
+        comps = draw(st.lists(st.sampled_from(ids), min_size=1, max_size=min(2, len(ids)), unique=True))
+        events.append({"id": f"e{len(events) + 1}", "rate": draw(st.sampled_from(MICPICE_RATES)), "components": comps})
+    pairs = [(u, v) for u in names for v in names if u != v]
+    chosen = draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=min(len(pairs), 8), unique=True))
+    links = [{"from": u, "to": v, "cost": draw(st.sampled_from(MICPICE_COSTS))} for u, v in chosen]
+    link_events = [(u, v, e["id"]) for u, v in chosen for e in events]
+    forbidden = set(draw(st.lists(st.sampled_from(link_events), max_size=len(link_events) // 2, unique=True)))
+    allowed = [t for t in link_events if t not in forbidden]
+    forbidden.update(allowed[max_pairs:])  # keep the enumeration small
+    wants = [(s, e["id"]) for s in subscribers for e in events]
+    interests = draw(st.lists(st.sampled_from(wants), min_size=1, max_size=4, unique=True))
+    return _MicpiceInstance.from_json(
+        {
+            "nodes": [{"id": v, "role": r} for v, r in zip(names, roles, strict=True)],
+            "links": links,
+            "events": events,
+            "interests": [{"subscriber": s, "event": e} for s, e in interests],
+            "forbidden": [{"from": u, "to": v, "event": e} for u, v, e in sorted(forbidden)],
+        }
+    )

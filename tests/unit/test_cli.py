@@ -83,3 +83,46 @@ def test_simulate_writes_telemetry_files_and_ground_truth(tmp_path: Path) -> Non
     ]
     truth = json.loads((tmp_path / "ground_truth.json").read_text())
     assert len(truth["subscribers"]) == 100 and len(truth["brokers"]) == 20
+
+
+def test_plan_instance_distribution_and_check_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "instance", "--seed", "4", "--composites", "2"]) == 0
+    instance = tmp_path / "instance.json"
+    instance.write_text(capsys.readouterr().out)
+    plans = {}
+    for method in ("greedy", "enhanced", "exact"):
+        assert main(["plan", "distribution", "--instance", str(instance), "--method", method]) == 0
+        plans[method] = json.loads(capsys.readouterr().out)
+        assert set(plans[method]) == {"feasible", "cost", "method", "transmissions", "generated"}  # SPEC.md section 5
+        assert plans[method]["method"] == method
+    assert plans["exact"]["cost"] <= plans["enhanced"]["cost"] <= plans["greedy"]["cost"] + 1e-9
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plans["enhanced"]))
+    assert main(["plan", "check", "--instance", str(instance), "--plan", str(plan)]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+    broken = dict(plans["enhanced"], transmissions=plans["enhanced"]["transmissions"][1:])
+    plan.write_text(json.dumps(broken))
+    assert main(["plan", "check", "--instance", str(instance), "--plan", str(plan)]) == 1
+    assert json.loads(capsys.readouterr().out)["problems"]
+
+
+def test_plan_distribution_reports_bad_instances_and_infeasibility(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nodes": [{"id": "p1", "role": "publisher"}], "links": [], "events": [], "interests": [7]}')
+    assert main(["plan", "distribution", "--instance", str(bad)]) == 2
+    assert "interests[0] must be an object" in capsys.readouterr().err
+    doc = {
+        "nodes": [{"id": "p1", "role": "publisher"}, {"id": "s1", "role": "subscriber"}],
+        "links": [{"from": "p1", "to": "s1", "cost": 1}],
+        "events": [{"id": "e1", "rate": 1, "publisher": "p1"}],
+        "interests": [{"subscriber": "s1", "event": "e1"}],
+        "forbidden": [{"from": "p1", "to": "s1", "event": "e1"}],
+    }
+    bad.write_text(json.dumps(doc))
+    assert main(["plan", "distribution", "--instance", str(bad)]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "feasible": False,
+        "reasons": ["s1 cannot receive e1: no policy-allowed path from p1"],
+    }

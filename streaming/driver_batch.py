@@ -1,0 +1,326 @@
+"""The shape shared by the jobs whose state lives on the driver (QoS, routes).
+
+Such a job reads several Kafka topics in one streaming query; ``foreachBatch`` caches the batch's
+raw rows, decodes and validates each topic in the JVM (``streaming.decode.TopicDecoder``) and
+collects it as one Arrow table per topic, hands the good rows to a pure step object from
+``routing/`` (the job's subclass of :class:`DriverBatch` does that), saves that object's state as
+``<state folder>/<batch id>.npz`` and writes the outputs and the dead letters (every record that did
+not decode or validate, keyed ``topic/partition/offset`` as every job writes them) in one Kafka
+write.
+
+Restart: the state of the batch before the first one a run executes is loaded, so a batch that
+crashed before Spark committed it is replayed from the same state over the same offsets and
+writes the same records (duplicates after a crash are identical records with identical keys).
+Without a state file the step object starts empty.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from schemas.topics import DEADLETTER_TOPIC, TOPICS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from infra.connection import KafkaConnection
+
+KEEP_STATES = 3  # state files kept besides the newest
+
+FIELDS: dict[str, list[tuple[str, str]]] = {
+    "siftstream.topology.v1": [
+        ("kind", "t_kind"),
+        ("broker", "t_broker"),
+        ("from", "t_from"),
+        ("to", "t_to"),
+        ("reliability", "t_reliability"),
+        ("cost", "t_cost"),
+        ("forbidden_events", "t_forbidden"),
+    ],
+    "siftstream.subscriptions.v1": [
+        ("type", "s_op"),
+        ("subscription_id", "s_id"),
+        ("subscriber_id", "s_subscriber"),
+        ("broker", "s_broker"),
+        ("filter", "s_filter"),
+        ("composite", "s_composite"),
+        ("deadline_ms", "s_deadline"),
+        ("min_reliability", "s_min_reliability"),
+    ],
+    "siftstream.events.v1": [
+        ("event_id", "e_id"),
+        ("publisher_id", "e_publisher"),
+        ("published_at", "e_at"),
+        ("lifetime_ms", "e_lifetime"),
+    ]
+    + [(f"attributes.{k}", f"e_{k}") for k in ("longs", "doubles", "strings", "booleans")],
+    "siftstream.telemetry.links.v1": [
+        ("from", "l_from"),
+        ("to", "l_to"),
+        ("seq", "l_seq"),
+        ("sent_at", "l_sent"),
+        ("delay_ms", "l_delay"),
+        ("lost", "l_lost"),
+    ],
+    "siftstream.telemetry.brokers.v1": [
+        ("broker_id", "b_id"),
+        ("arrived_at", "b_at"),
+        ("wait_ms", "b_wait"),
+        ("service_ms", "b_service"),
+    ],
+    "siftstream.receipts.v1": [("subscriber_id", "r_subscriber"), ("event_id", "r_event"), ("received_at", "r_at")],
+    "siftstream.matches.v1": [
+        ("event_id", "m_event"),
+        ("publisher_id", "m_publisher"),
+        ("published_at", "m_at"),
+        ("subscription_ids", "m_subscriptions"),
+    ],
+}
+"""Per input topic, the record fields the driver reads (path in the record, column alias)."""
+
+_ENUMS = ("t_kind", "s_op")  # enum-typed fields, read as their symbol text
+
+
+class TopicReader:
+    """One input topic's decoder and projection: its good records' fields, and for rejected
+    records what a dead letter needs (raw key and value, coordinates, the verdict)."""
+
+    def __init__(self, topic: str, name: str) -> None:
+        from pyspark.sql import functions as F
+
+        from streaming.decode import TopicDecoder
+
+        self.topic, self.name = topic, name
+        self.decoder = TopicDecoder(TOPICS[topic])
+        self.where = F.col("topic") == name
+        bad = F.col("error_code").isNotNull()
+        rec = F.col("record")
+        fields = []
+        for path, alias in FIELDS[topic]:
+            c = rec
+            for part in path.split("."):
+                c = c[part]
+            fields.append((c.cast("string") if alias in _ENUMS else c).alias(alias))
+        self.columns = [
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
+            F.unix_millis("timestamp").alias("ts_ms"),
+            F.col("error_code"),
+            F.col("reason"),
+            F.col("key").cast("string").alias("key_text"),
+            F.col("value").isNull().alias("tombstone"),
+            F.when(bad, F.col("key")).alias("bad_key"),
+            F.when(bad, F.col("value")).alias("bad_value"),
+            *fields,
+        ]
+
+    def collect(self, batch: DataFrame) -> Any:
+        """This topic's rows of ``batch`` as an Arrow table."""
+        return self.decoder(batch.where(self.where)).select(*self.columns).toArrow()
+
+
+@dataclass
+class BatchStats:
+    """What one micro-batch did (one JSON line of the stats file); jobs add their own counts to
+    ``extra``."""
+
+    batch_id: int
+    records: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+    outputs: int = 0
+    watermark_ms: float | None = None
+    decode_ms: float = 0.0
+    collect_ms: float = 0.0
+    step_ms: float = 0.0
+    write_ms: float = 0.0
+    duration_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def good_rows(table: Any) -> np.ndarray:
+    """Row numbers of ``table``'s valid records in partition/offset order."""
+    import pyarrow.compute as pc
+
+    ok = np.asarray(pc.is_null(table.column("error_code")).to_numpy(zero_copy_only=False), dtype=bool)
+    order = np.lexsort((table.column("offset").to_numpy(zero_copy_only=False), table.column("partition").to_numpy()))
+    return order[ok[order]]
+
+
+def column(table: Any, name: str, idx: np.ndarray) -> np.ndarray:
+    """Column ``name`` of ``table`` at rows ``idx`` as numpy."""
+    return np.asarray(table.column(name).take(idx).to_numpy(zero_copy_only=False))
+
+
+class DriverBatch(ABC):
+    """The ``foreachBatch`` function of a driver-state job (module docstring).
+
+    Subclasses set :attr:`job` and implement :meth:`new_state`, :meth:`load_state`,
+    :meth:`dump_state` and :meth:`step`.
+    """
+
+    job = "job"
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        conn: KafkaConnection,
+        inputs: dict[str, str],
+        state_folder: Path,
+        topic_prefix: str = "",
+        stats_file: Path | None = None,
+        quiet: bool = True,
+    ) -> None:
+        self.spark, self.conn, self.quiet = spark, conn, quiet
+        self.names = inputs
+        self.state_folder, self.topic_prefix, self.stats_file = state_folder, topic_prefix, stats_file
+        self.readers = {topic: TopicReader(topic, name) for topic, name in inputs.items()}
+        self.max_time_ms = -np.inf
+        self.history: list[BatchStats] = []
+        self.ready = False
+
+    # -- the subclass's part ----------------------------------------------------------------
+
+    @abstractmethod
+    def new_state(self) -> None:
+        """Start with an empty step object."""
+
+    @abstractmethod
+    def load_state(self, blob: bytes) -> None:
+        """Restore the step object from :meth:`dump_state`'s bytes."""
+
+    @abstractmethod
+    def dump_state(self) -> bytes:
+        """The step object's state."""
+
+    @abstractmethod
+    def step(self, tables: dict[str, Any], stats: BatchStats) -> list[tuple[str, bytes, bytes]]:
+        """Feed the good rows of ``tables`` (one Arrow table per input topic) to the step object;
+        return the output records as ``(topic, key, Avro value)``. Advance
+        :attr:`max_time_ms` to the largest event time seen."""
+
+    def start(
+        self, checkpoint: Path, available_now: bool, trigger_interval: str, max_offsets: int | None = None
+    ) -> StreamingQuery:
+        """Start the query: the input topics (raw Kafka rows) -> this handler, checkpoint in
+        ``checkpoint``, named after the job and the topic prefix."""
+        from streaming.session import kafka_stream, start_batches
+
+        source = kafka_stream(self.spark, self.conn, list(self.names.values()), max_offsets)
+        source = source.select("topic", "partition", "offset", "key", "value", "timestamp")
+        name = f"siftstream-{self.job}-{self.topic_prefix or 'default'}"
+        return start_batches(source, self, checkpoint, name, available_now, trigger_interval)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def _state_path(self, batch_id: int) -> Path:
+        return self.state_folder / f"{batch_id}.npz"
+
+    def _restore(self, batch_id: int) -> None:
+        path = self._state_path(batch_id - 1)
+        self.ready = True
+        if batch_id > 0 and path.exists():
+            blob = path.read_bytes()
+            self.max_time_ms = float(np.frombuffer(blob[:8], dtype=np.float64)[0])
+            self.load_state(blob[8:])
+            return
+        if batch_id > 0:
+            print(
+                f"[{self.job}] warning: no state for batch {batch_id - 1} in {self.state_folder}; starting empty",
+                file=sys.stderr,
+            )
+        self.new_state()
+
+    def _save(self, batch_id: int) -> None:
+        folder = self.state_folder
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{batch_id}.tmp"
+        tmp.write_bytes(np.float64(self.max_time_ms).tobytes() + self.dump_state())
+        tmp.replace(self._state_path(batch_id))
+        for old in folder.glob("*.npz"):
+            if old.stem.isdigit() and int(old.stem) < batch_id - KEEP_STATES:
+                old.unlink(missing_ok=True)
+
+    # -- the batch --------------------------------------------------------------------------------
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        stats = BatchStats(batch_id)
+        if not self.ready:
+            self._restore(batch_id)
+        batch.persist()
+        try:
+            batch.count()  # read once, into the cache
+            stats.decode_ms = (time.monotonic() - started) * 1000
+            t0 = time.monotonic()
+            tables = {topic: reader.collect(batch) for topic, reader in self.readers.items()}
+            stats.collect_ms = (time.monotonic() - t0) * 1000
+        finally:
+            batch.unpersist()
+        t0 = time.monotonic()
+        outputs = self.step(tables, stats)
+        stats.step_ms = (time.monotonic() - t0) * 1000
+        stats.outputs = len(outputs)
+        self._save(batch_id)
+        t0 = time.monotonic()
+        dead = self._dead_letters(tables)
+        stats.dead_letters = len(dead)
+        if dead or outputs:
+            self._frame(dead, outputs).write.format("kafka").options(**self.conn.spark_options()).save()
+        stats.write_ms = (time.monotonic() - t0) * 1000
+        stats.duration_ms = (time.monotonic() - started) * 1000
+        self._report(stats)
+
+    def _dead_letters(self, tables: dict[str, Any]) -> list[tuple[Any, ...]]:
+        out: list[tuple[Any, ...]] = []
+        for table in tables.values():
+            bad = table.filter(table.column("error_code").is_valid())
+            if bad.num_rows:
+                cols = ["topic", "partition", "offset", "ts_ms", "bad_key", "bad_value", "error_code", "reason"]
+                out += list(zip(*(bad.column(c).to_pylist() for c in cols), strict=True))
+        return out
+
+    def _frame(self, dead: list[tuple[Any, ...]], outputs: list[tuple[str, bytes, bytes]]) -> DataFrame:
+        """One frame for one Kafka write: dead letters (encoded as every job does) and outputs."""
+        from pyspark.sql import functions as F
+
+        from streaming.decode import dead_letter_columns
+
+        schema = (
+            "topic string, partition int, offset long, ts_ms long, key binary, value binary, "
+            "error_code string, reason string"
+        )
+        df = self.spark.createDataFrame(dead, schema).withColumn("timestamp", F.timestamp_millis("ts_ms"))
+        key, value = dead_letter_columns()
+        deadletter = F.lit(self.topic_prefix + DEADLETTER_TOPIC).alias("topic")
+        out = df.select(deadletter, key.alias("key"), value.alias("value"))
+        if outputs:
+            out = out.unionByName(self.spark.createDataFrame(outputs, "topic string, key binary, value binary"))
+        # one task writes the records in order: a key's later record (a newer plan version, a later
+        # window's report) must land after its earlier ones on the compacted, latest-wins topics
+        return out.coalesce(1)
+
+    def _report(self, stats: BatchStats) -> None:
+        self.history.append(stats)
+        if self.stats_file is not None:
+            self.stats_file.parent.mkdir(parents=True, exist_ok=True)
+            with self.stats_file.open("a") as f:
+                f.write(json.dumps(stats.__dict__) + "\n")
+        if not self.quiet:
+            counts = ", ".join(f"{v:,} {k.split('.')[-2]}" for k, v in stats.records.items() if v)
+            extra = "".join(f"; {v} {k}" for k, v in stats.extra.items() if not isinstance(v, list))
+            print(
+                f"[{self.job}] batch {stats.batch_id}: {counts or 'no records'}; {stats.dead_letters:,} dead letters; "
+                f"{stats.outputs} outputs{extra}; {stats.duration_ms:.0f} ms",
+                file=sys.stderr,
+                flush=True,
+            )

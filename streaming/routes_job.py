@@ -1,0 +1,203 @@
+"""The routes job: the overlay, subscriptions, matches and link telemetry -> ``siftstream.routes.v1``.
+
+One streaming query reads the compacted ``siftstream.topology.v1`` and
+``siftstream.subscriptions.v1``, the matching job's ``siftstream.matches.v1`` and
+``siftstream.telemetry.links.v1``. Each micro-batch (``streaming.driver_batch``: decode in the
+JVM, collect per topic as Arrow, dead letters, state per batch) hands the good rows to the
+driver's :class:`routing.route_planner.RoutePlanner`: topology and subscription changes first (in
+partition/offset order), then the matches (the observed rate of every publisher/filter flow) and
+the link delays. The planner's clock is the watermark (the largest match or telemetry time, minus
+``lateness_ms``); at every check period it compares the inputs with the current plan's and, on a
+structural change or a sustained drift, re-plans with MICPICE (Chen et al. 2004; the enhanced
+heuristic by default) and writes a ``RoutePlan`` (key: the plan id; latest wins on the topic)
+with its cost, the cost of the plan it replaces and the reasons. See
+:mod:`routing.route_planner` for the mapping and the hysteresis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from infra.connection import KafkaConnection
+from routing.route_planner import PlannerConfig, RoutePlanner
+from routing.subscriptions import SubscriptionRecord, plan_change
+from schemas.codec import codec_for
+from schemas.topics import TOPICS
+from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows
+from streaming.session import await_query
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+TOPOLOGY = "siftstream.topology.v1"
+SUBSCRIPTIONS = "siftstream.subscriptions.v1"
+MATCHES = "siftstream.matches.v1"
+LINKS = "siftstream.telemetry.links.v1"
+ROUTES = "siftstream.routes.v1"
+INPUTS = (TOPOLOGY, SUBSCRIPTIONS, MATCHES, LINKS)
+
+
+@dataclass(frozen=True)
+class RoutesConfig:
+    """Settings of the routes query.
+
+    Attributes
+    ----------
+    conn : KafkaConnection
+    checkpoint : Path
+        Local folder: Spark's checkpoint (``query/``) and the planner's state (``planner/``).
+    planner : PlannerConfig
+        Method, check period, rate window, drift thresholds (:class:`routing.route_planner.PlannerConfig`).
+    topic_prefix : str
+    available_now : bool
+        Process what is in the topics now, then stop.
+    trigger_interval : str
+    lateness_ms : int
+        Matches and telemetry may arrive this late; a check period waits for them.
+    max_offsets_per_trigger : int, optional
+    stats_file : Path, optional
+        One JSON line per micro-batch.
+    """
+
+    conn: KafkaConnection
+    checkpoint: Path
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    topic_prefix: str = ""
+    available_now: bool = False
+    trigger_interval: str = "5 seconds"
+    lateness_ms: int = 5_000
+    max_offsets_per_trigger: int | None = None
+    stats_file: Path | None = None
+
+    def topic(self, name: str) -> str:
+        return self.topic_prefix + name
+
+
+def subscription_changes(table: Any, idx: np.ndarray) -> list[tuple[str, str | None, str | None, str | None]]:
+    """The subscriptions topic's rows as ``(id, subscriber, broker, filter or None)`` changes, with
+    the matching job's rules (``routing.subscriptions.plan_change``: tombstones and unsubscribes
+    remove, composites are not atomic, invalid filters are skipped here)."""
+    out: list[tuple[str, str | None, str | None, str | None]] = []
+    for r in table.take(idx).to_pylist():
+        rec = SubscriptionRecord(
+            key=r["key_text"],
+            tombstone=bool(r["tombstone"]),
+            op=r["s_op"],
+            subscription_id=r["s_id"],
+            filter=r["s_filter"],
+            composite=r["s_composite"],
+        )
+        change = plan_change(rec).change
+        if change is not None:
+            out.append((change[0], r["s_subscriber"], r["s_broker"], change[1]))
+    return out
+
+
+class RoutesBatch(DriverBatch):
+    """The ``foreachBatch`` function: feeds the planner and writes its plans and dead letters."""
+
+    job = "routes"
+
+    def __init__(self, spark: SparkSession, cfg: RoutesConfig, quiet: bool = True) -> None:
+        names = {topic: cfg.topic(topic) for topic in INPUTS}
+        state = cfg.checkpoint / "planner"
+        super().__init__(spark, cfg.conn, names, state, cfg.topic_prefix, cfg.stats_file, quiet)
+        self.cfg = cfg
+        self.planner = RoutePlanner(cfg.planner)
+        self.codec = codec_for(TOPICS[ROUTES].schema)
+
+    def new_state(self) -> None:
+        self.planner = RoutePlanner(self.cfg.planner)
+
+    def load_state(self, blob: bytes) -> None:
+        self.planner = RoutePlanner.from_bytes(blob)
+
+    def dump_state(self) -> bytes:
+        return self.planner.to_bytes()
+
+    def step(self, tables: dict[str, Any], stats: BatchStats) -> list[tuple[str, bytes, bytes]]:
+        planner = self.planner
+        times: list[float] = []
+        idx = good_rows(tables[TOPOLOGY])
+        stats.records[TOPOLOGY] = len(idx)
+        if len(idx):
+            fields = ("kind", "broker", "from", "to", "cost")
+            planner.apply_topology(
+                [
+                    (
+                        r["key_text"],
+                        None
+                        if r["tombstone"]
+                        else {**{k: r[f"t_{k}"] for k in fields}, "forbidden_events": r["t_forbidden"]},
+                    )
+                    for r in tables[TOPOLOGY].take(idx).to_pylist()
+                ]
+            )
+        idx = good_rows(tables[SUBSCRIPTIONS])
+        stats.records[SUBSCRIPTIONS] = len(idx)
+        if len(idx):
+            planner.apply_subscriptions(subscription_changes(tables[SUBSCRIPTIONS], idx))
+        table = tables[MATCHES]
+        idx = good_rows(table)
+        stats.records[MATCHES] = len(idx)
+        if len(idx):
+            at = column(table, "m_at", idx).astype(np.float64)
+            planner.add_matches(
+                column(table, "m_publisher", idx).astype(str).tolist(),
+                at.tolist(),
+                table.column("m_subscriptions").take(idx).to_pylist(),
+            )
+            times.append(float(at.max()))
+        table = tables[LINKS]
+        idx = good_rows(table)
+        stats.records[LINKS] = len(idx)
+        if len(idx):
+            import pyarrow.compute as pc
+
+            sent = column(table, "l_sent", idx).astype(np.float64)
+            delay = pc.fill_null(table.column("l_delay").take(idx), float("nan"))
+            planner.add_link_samples(
+                column(table, "l_from", idx).astype(str),
+                column(table, "l_to", idx).astype(str),
+                sent,
+                np.asarray(delay.to_numpy(zero_copy_only=False), dtype=np.float64),
+            )
+            times.append(float(sent.max()))
+        if times:
+            self.max_time_ms = max(self.max_time_ms, *times)
+        plans: list[dict[str, Any]] = []
+        if np.isfinite(self.max_time_ms):
+            stats.watermark_ms = self.max_time_ms - self.cfg.lateness_ms
+            plans = planner.advance(stats.watermark_ms)
+        stats.extra = {
+            "plans": len(plans),
+            "versions": [p["version"] for p in plans],
+            "costs": [p["cost"] for p in plans],
+        }
+        if plans and not self.quiet:
+            for p in plans:
+                cost = "infeasible" if p["cost"] is None else f"cost {p['cost']:.4g}"
+                print(f"[routes] plan v{p['version']}: {cost}; {'; '.join(p['reasons'])}", flush=True)
+        topic = self.cfg.topic(ROUTES)
+        return [(topic, p["plan_id"].encode(), self.codec.encode(p)) for p in plans]
+
+
+def build_query(spark: SparkSession, cfg: RoutesConfig, quiet: bool = True) -> tuple[StreamingQuery, RoutesBatch]:
+    """Wire Kafka (the four inputs) -> ``RoutesBatch`` -> Kafka and start the query."""
+    handler = RoutesBatch(spark, cfg, quiet)
+    query = handler.start(
+        cfg.checkpoint / "query", cfg.available_now, cfg.trigger_interval, cfg.max_offsets_per_trigger
+    )
+    return query, handler
+
+
+def run(spark: SparkSession, cfg: RoutesConfig, quiet: bool = False) -> list[BatchStats]:
+    """Run until done (available-now) or interrupted; raise RuntimeError when the query failed."""
+    query, handler = build_query(spark, cfg, quiet)
+    await_query(query, "routes")
+    return handler.history
