@@ -640,18 +640,25 @@ class _Enhanced:
         self.eta: set[tuple[int, int, int]] = set()
         self.gens: set[tuple[int, int]] = set()
         self.dist: list[list[float]] | None = None
+        self._dist_seeds: list[list[int]] = [[] for _ in g.order]  # new sources of e, not yet applied
         for k, p in enumerate(g.publisher):
             if p >= 0:
                 self.holds[k].add(p)
         if longest:
             self.dist = [[_INF] * n for _ in g.order]
-            for k, p in enumerate(g.publisher):
-                if p >= 0:
-                    self._lower_dist(k, [p])
+            for k, comps in enumerate(g.comps):
+                if comps:  # nodes that already hold every component (a publisher of them all)
+                    self._dist_seeds[k].extend(set.intersection(*(self.holds[c] for c in comps)))
 
-    def _lower_dist(self, k: int, sources: list[int]) -> None:
-        """d(v, M_e) for Φ_L: hop-cost distance in G_e from the nearest source node of e."""
+    def distances(self, k: int) -> list[float]:
+        """d(v, M_e) for Φ_L: the link-cost distance in G_e from the nearest source node of e
+        (new sources are queued as they appear and applied here, when the distances are read)."""
         assert self.dist is not None
+        if self.g.publisher[k] >= 0:  # a primitive event's sources are its holders: c_e(v) = λ d(v, M_e)
+            self.costs.fresh(k)
+            lam = self.g.lam[k]
+            return [c / lam for c in self.costs.cost[k]]
+        sources, self._dist_seeds[k] = self._dist_seeds[k], []
         dist, adj = self.dist[k], self.g.eligible[k]
         heap = [(0.0, v) for v in sources if dist[v] > 0.0]
         for _, v in heap:
@@ -665,6 +672,7 @@ class _Enhanced:
                 if c + w < dist[v]:
                     dist[v] = c + w
                     heapq.heappush(heap, (c + w, v))
+        return dist
 
     def _receive(self, k: int, nodes: list[int]) -> None:
         """``nodes`` now hold event k: they become sources of k at cost 0."""
@@ -674,11 +682,10 @@ class _Enhanced:
         self.holds[k].update(fresh)
         self.costs.lower(k, [(0.0, v) for v in fresh])
         if self.dist is not None:
-            self._lower_dist(k, fresh)
+            if self.g.publisher[k] < 0:  # (a primitive event's distances come from its costs)
+                self._dist_seeds[k].extend(fresh)
             for user in self.g.users[k]:  # a node holding every component is a source of the composite
-                full = [v for v in fresh if all(v in self.holds[c] for c in self.g.comps[user])]
-                if full:
-                    self._lower_dist(user, full)
+                self._dist_seeds[user].extend(v for v in fresh if all(v in self.holds[c] for c in self.g.comps[user]))
 
     def deliver(self, k: int, target: int) -> None:
         """Fix the cheapest current way of getting event k to ``target`` (Fig. 5's tracing), then
@@ -742,8 +749,7 @@ def plan_enhanced(instance: Instance, order: str = "min-cost", seed: int = 0) ->
             cost = state.costs.cost[k]
             if order == "random":
                 target = pending[0]
-            elif order == "longest" and state.dist is not None and any(state.dist[k][s] < _INF for s in pending):
-                dist = state.dist[k]
+            elif order == "longest" and any((dist := state.distances(k))[s] < _INF for s in pending):
                 target = max(pending, key=lambda s: (dist[s] if dist[s] < _INF else -1.0, -cost[s], -s))
             else:
                 target = min(pending, key=lambda s: (cost[s], s))

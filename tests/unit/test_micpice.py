@@ -332,3 +332,34 @@ def test_chen_events_below_reading_takes_components_from_the_level_just_below_on
             assert all(level[c] == level[e.id] - 1 for c in e.components)
     with pytest.raises(ValueError, match="components_from"):
         chen_events(["p0"], 1, np.random.default_rng(0), components_from="any")
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), p_c=st.sampled_from([0.0, 0.3]), steps=st.integers(0, 8))
+def test_longest_distance_order_tracks_the_current_sources(seed: int, p_c: float, steps: int) -> None:
+    """Φ_L's d(v, M_e), kept incrementally, equals a recomputation from M_e: the nodes that hold
+    e, and for a composite the nodes that hold all its components."""
+    inst = chen_instance(composites=3, p_c=p_c, seed=seed, p_unp=0.5)
+    g = _Graph(inst)
+    state = _Enhanced(g, longest=True)
+    reachable = [
+        (k, v) for k in range(len(g.order)) for v in range(len(g.ids)) if state.costs.cost[k][v] < float("inf")
+    ]
+    for i in range(steps):
+        k, v = reachable[(seed * 31 + i * 7919) % len(reachable)]
+        state.deliver(k, v)
+    n = len(g.ids)
+    for k in range(len(g.order)):
+        sources = set(state.holds[k])
+        if g.publisher[k] < 0:
+            sources |= {v for v in range(n) if all(v in state.holds[c] for c in g.comps[k])}
+        expected = [0.0 if v in sources else float("inf") for v in range(n)]
+        changed = True
+        while changed:
+            changed = False
+            for u in range(n):
+                for v, w in g.eligible[k][u]:
+                    if expected[u] + w < expected[v] - 1e-12:
+                        expected[v] = expected[u] + w
+                        changed = True
+        assert state.distances(k) == pytest.approx(expected, abs=1e-9)
