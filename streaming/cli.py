@@ -244,7 +244,8 @@ def cmd_qos(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """SPEC.md section 5: plan how events travel (``distribution``), make a random instance, check a plan."""
+    """Plan how events travel (``distribution``, SPEC.md section 5), where a composite is detected
+    (``placement``, docs/placement.md), make a random distribution instance, check a plan."""
     from routing import micpice
 
     if args.action == "instance":
@@ -263,8 +264,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(inst.to_json(), indent=2))
         return 0
     if not args.instance:
-        raise ValueError(f"plan {args.action} needs --instance FILE (a SPEC.md section 5 instance)")
-    inst = micpice.Instance.from_json(json.loads(Path(args.instance).read_text()))
+        raise ValueError(f"plan {args.action} needs --instance FILE (SPEC.md section 5, or 6 for placement)")
+    doc = json.loads(Path(args.instance).read_text())
+    if args.action == "placement":
+        from routing.placement import METHODS as PLACEMENT_METHODS
+        from routing.placement import plan_placement
+
+        method = args.method or "optimal"
+        if method not in PLACEMENT_METHODS:
+            raise ValueError(f"plan placement: --method must be one of {', '.join(PLACEMENT_METHODS)} (got {method})")
+        print(json.dumps(plan_placement(doc, method), indent=2))
+        return 0
+    method = args.method or "enhanced"
+    if method not in micpice.METHODS:
+        raise ValueError(f"plan distribution: --method must be one of {', '.join(micpice.METHODS)} (got {method})")
+    inst = micpice.Instance.from_json(doc)
     if args.action == "check":
         from routing.micpice_check import check_plan
 
@@ -273,7 +287,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         verdict = check_plan(inst, micpice.Plan.from_json(json.loads(Path(args.plan).read_text())))
         print(json.dumps({"ok": verdict.ok, "cost": verdict.cost, "problems": list(verdict.problems)}, indent=2))
         return 0 if verdict.ok else 1
-    print(json.dumps(micpice.plan(inst, args.method, order=args.order, seed=args.seed).to_json(), indent=2))
+    print(json.dumps(micpice.plan(inst, method, order=args.order, seed=args.seed).to_json(), indent=2))
     return 0
 
 
@@ -668,17 +682,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "action",
-        choices=["distribution", "instance", "check"],
-        help="distribution: plan an instance; instance: a random instance as in Chen et al. 4.2; check: verify a plan",
+        choices=["distribution", "placement", "instance", "check"],
+        help="distribution: min-cost routes (SPEC.md section 5); placement: where to detect a composite "
+        "subscription (docs/placement.md); instance: a random distribution instance as in Chen et al. 4.2; "
+        "check: verify a distribution plan",
     )
     p.add_argument("--instance", help="distribution, check: the SPEC.md section 5 instance (JSON)")
     p.add_argument("--plan", help="check: the plan to verify (JSON, SPEC.md section 5 output)")
     p.add_argument(
         "--method",
-        choices=["greedy", "enhanced", "exact"],
-        default="enhanced",
-        help="greedy or enhanced heuristic (Chen et al. 3.3), or exact (a proven optimum, small instances) "
-        "(default: %(default)s)",
+        choices=["greedy", "enhanced", "exact", "optimal", "adaptive", "joint-point"],
+        help="distribution: greedy or enhanced heuristic (Chen et al. 3.3), or exact (a proven optimum, small "
+        "instances), default enhanced; placement: optimal (default), adaptive (Li & Jacobsen Algorithm 2) or "
+        "joint-point (the baseline)",
     )
     p.add_argument(
         "--order",

@@ -683,3 +683,64 @@ def micpice_tiny_instances(draw: st.DrawFn, max_pairs: int = 12) -> _MicpiceInst
             "forbidden": [{"from": u, "to": v, "event": e} for u, v, e in sorted(forbidden)],
         }
     )
+
+
+# --- Composite detection placement (routing.placement, SPEC §6) ------------------------------
+# SPEC §6 documents (plain dicts, as the command reads them): 2-``max_brokers`` brokers on a
+# chain with a link each way (costs drawn per direction, so distances are asymmetric), extra
+# one-way links, sometimes a dead-end broker that no source can use (it cannot reach the
+# subscriber: placements there cost infinity); a tree of 2-``max_leaves`` leaf occurrences
+# (a leaf name may repeat) merged by and/or/seq operators of 2-3 children, so at most
+# max_leaves - 1 operators and brokers**operators placements for a brute-force oracle.
+
+PLACEMENT_COSTS = (0.25, 0.5, 1.0, 2.0, 3.0)  # exact in binary: sums compare exactly
+PLACEMENT_RATES = (0.0, 0.5, 1.0, 3.5, 10.0, 120.0)
+
+
+@st.composite
+def placement_docs(draw: st.DrawFn, max_brokers: int = 4, max_leaves: int = 4) -> dict[str, Any]:
+    """A valid SPEC §6 placement instance document."""
+    n = draw(st.integers(2, max_brokers))
+    brokers = [f"b{i}" for i in range(n)]
+    order = draw(st.permutations(brokers))
+    costs = st.sampled_from(PLACEMENT_COSTS)
+    links: dict[tuple[str, str], float] = {}
+    for i in range(n - 1):
+        u, v = order[i], order[i + 1]
+        links[(u, v)] = draw(costs)
+        links[(v, u)] = draw(costs)
+    pairs = [(u, v) for u in brokers for v in brokers if u != v and (u, v) not in links]
+    for u, v in draw(st.lists(st.sampled_from(pairs), max_size=3, unique=True)) if pairs else []:
+        links[(u, v)] = draw(costs)
+    live = list(brokers)
+    if draw(st.booleans()):
+        dead = f"b{n}"
+        brokers.append(dead)
+        links[(draw(st.sampled_from(live)), dead)] = draw(costs)
+    k = draw(st.integers(2, max_leaves))
+    names = [f"L{i + 1}" for i in range(k)]
+    nodes: list[dict[str, Any]] = [{"leaf": draw(st.sampled_from(names[: i + 1]))} for i in range(k)]
+    ops = 0
+    while len(nodes) > 1:
+        width = draw(st.integers(2, min(3, len(nodes))))
+        at = draw(st.integers(0, len(nodes) - width))
+        ops += 1
+        op = draw(st.sampled_from(("and", "or", "seq")))
+        nodes[at : at + width] = [{"id": f"n{ops}", "op": op, "children": nodes[at : at + width]}]
+    used = sorted({leaf["leaf"] for leaf in _placement_leaves(nodes[0])})
+    sources = []
+    for leaf in used:
+        for broker in draw(st.lists(st.sampled_from(live), min_size=1, max_size=2, unique=True)):
+            sources.append({"leaf": leaf, "broker": broker, "rate": draw(st.sampled_from(PLACEMENT_RATES))})
+    return {
+        "brokers": brokers,
+        "links": [{"from": u, "to": v, "cost": c} for (u, v), c in links.items()],
+        "sources": sources,
+        "subscription": {"id": "cs", "broker": draw(st.sampled_from(live)), "tree": nodes[0]},
+    }
+
+
+def _placement_leaves(node: dict[str, Any]) -> list[dict[str, Any]]:
+    if "leaf" in node:
+        return [node]
+    return [leaf for child in node["children"] for leaf in _placement_leaves(child)]

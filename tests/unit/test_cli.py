@@ -126,3 +126,29 @@ def test_plan_distribution_reports_bad_instances_and_infeasibility(
         "feasible": False,
         "reasons": ["s1 cannot receive e1: no policy-allowed path from p1"],
     }
+
+
+def test_plan_placement_prints_the_spec_6_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    links = [("b1", "b2", 1.0), ("b2", "b3", 1.0), ("b2", "b4", 1.0)]
+    doc = {
+        "brokers": ["b1", "b2", "b3", "b4"],
+        "links": [{"from": u, "to": v, "cost": c} for a, b, c in links for u, v in ((a, b), (b, a))],
+        "sources": [{"leaf": "L1", "broker": "b3", "rate": 100.0}, {"leaf": "L2", "broker": "b4", "rate": 10.0}],
+        "subscription": {
+            "id": "cs1",
+            "broker": "b1",
+            "tree": {"id": "n1", "op": "and", "children": [{"leaf": "L1"}, {"leaf": "L2"}]},
+        },
+    }
+    instance = tmp_path / "placement.json"
+    instance.write_text(json.dumps(doc))
+    out = {}
+    for method in ("optimal", "adaptive", "joint-point"):
+        assert main(["plan", "placement", "--instance", str(instance), "--method", method]) == 0
+        out[method] = json.loads(capsys.readouterr().out)
+        assert set(out[method]) == {"method", "placement", "cost", "baseline", "reasons"}
+    assert out["joint-point"]["placement"] == {"n1": "b2"}  # where the two sources' paths meet
+    assert out["optimal"]["placement"] == {"n1": "b3"}  # beside the heavy source
+    assert out["optimal"]["cost"] < out["optimal"]["baseline"]["cost"]
+    assert main(["plan", "placement", "--instance", str(instance), "--method", "greedy"]) == 2
+    assert "--method must be one of optimal, adaptive, joint-point" in capsys.readouterr().err
