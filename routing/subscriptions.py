@@ -86,7 +86,7 @@ class SubscriptionRecord:
         The decoder's verdict when the value does not decode or breaks a rule; None when valid.
     op : str or None
         ``subscribe`` or ``unsubscribe``.
-    subscription_id, filter, composite : str or None
+    subscription_id, filter, composite, subscriber_id : str or None
         The record's fields.
     """
 
@@ -98,6 +98,7 @@ class SubscriptionRecord:
     subscription_id: str | None = None
     filter: str | None = None
     composite: str | None = None
+    subscriber_id: str | None = None
 
 
 @dataclass(frozen=True)

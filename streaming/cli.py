@@ -463,6 +463,49 @@ def cmd_routes_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_composites_job(args: argparse.Namespace) -> int:
+    from routing.composite_monitor import MonitorConfig
+    from streaming.composites_job import CompositesConfig, run
+
+    checkpoint, stats = _job_paths(args, "composites")
+    monitor = MonitorConfig(
+        max_instances=args.max_instances,
+        method=args.method,
+        check_period_ms=int(args.check_period_s * 1000),
+        rate_window_ms=int(args.check_period_s * 1000) * args.window_periods,
+        min_saving=args.min_saving,
+        sustain=args.sustain,
+        link_cost=args.link_cost,
+    )
+    cfg = CompositesConfig(
+        conn=connection(args),
+        checkpoint=checkpoint,
+        monitor=monitor,
+        topic_prefix=args.topic_prefix,
+        available_now=args.available_now,
+        trigger_interval=args.trigger_interval,
+        lateness_ms=int(args.lateness_s * 1000),
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        stats_file=stats,
+    )
+    spark = _spark(args)
+    print(
+        f"[composites] events x composite subscriptions -> {cfg.topic('siftstream.composites.v1')}, placements "
+        f"({monitor.method}) -> {cfg.topic('siftstream.placements.v1')}; checkpoint {checkpoint}",
+        file=sys.stderr,
+    )
+    history = run(spark, cfg, quiet=args.quiet)
+    spark.stop()
+    detections = sum(b.extra["detections"] for b in history)
+    placements = sum(b.extra["placements"] for b in history)
+    print(
+        f"[composites] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
+        f"{sum(b.dead_letters for b in history):,} dead-lettered, {detections:,} detections, {placements} placements",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_qos_job(args: argparse.Namespace) -> int:
     from streaming.qos_job import QosConfig, run
 
@@ -777,6 +820,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lateness-s", type=float, default=5.0, help="how late matches may come (default: %(default)s)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_routes_job)
+
+    p = sub.add_parser("composites-job", help="run the composites job: detect composite events, place detection")
+    _job_opts(p, "composites")
+    p.add_argument("--trigger-interval", default="5 seconds", help="micro-batch interval (default: %(default)s)")
+    p.add_argument("--max-instances", type=int, default=1000, help="partial matches kept per operator child")
+    p.add_argument("--method", choices=["optimal", "adaptive", "joint-point"], default="optimal")
+    p.add_argument("--check-period-s", type=float, default=10.0, help="placement check period (default: %(default)s)")
+    p.add_argument("--window-periods", type=int, default=6, help="rates over this many periods (default: %(default)s)")
+    p.add_argument("--min-saving", type=float, default=0.1, help="move a detection only if this much cheaper")
+    p.add_argument("--sustain", type=int, default=3, help="checks a saving must last (default: %(default)s)")
+    p.add_argument("--link-cost", choices=["topology", "delay"], default="topology", help="what a link costs")
+    p.add_argument("--lateness-s", type=float, default=5.0, help="how late events may come (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_composites_job)
 
     p = sub.add_parser("validate", help="run the validation / dead-letter job")
     _job_opts(p, "validation")

@@ -94,7 +94,7 @@ class TopicReader:
     """One input topic's decoder and projection: its good records' fields, and for rejected
     records what a dead letter needs (raw key and value, coordinates, the verdict)."""
 
-    def __init__(self, topic: str, name: str) -> None:
+    def __init__(self, topic: str, name: str, raw: bool = False) -> None:
         from pyspark.sql import functions as F
 
         from streaming.decode import TopicDecoder
@@ -123,6 +123,8 @@ class TopicReader:
             F.when(bad, F.col("value")).alias("bad_value"),
             *fields,
         ]
+        if raw:  # every record's bytes, for records the job itself rejects after decoding
+            self.columns += [F.col("key").alias("raw_key"), F.col("value").alias("raw_value")]
 
     def collect(self, batch: DataFrame) -> Any:
         """This topic's rows of ``batch`` as an Arrow table."""
@@ -169,6 +171,8 @@ class DriverBatch(ABC):
     """
 
     job = "job"
+    raw_topics: tuple[str, ...] = ()
+    """Input topics whose every record keeps its raw key and value (see :meth:`reject`)."""
 
     def __init__(
         self,
@@ -183,7 +187,8 @@ class DriverBatch(ABC):
         self.spark, self.conn, self.quiet = spark, conn, quiet
         self.names = inputs
         self.state_folder, self.topic_prefix, self.stats_file = state_folder, topic_prefix, stats_file
-        self.readers = {topic: TopicReader(topic, name) for topic, name in inputs.items()}
+        self.readers = {topic: TopicReader(topic, name, topic in self.raw_topics) for topic, name in inputs.items()}
+        self.rejections: list[tuple[Any, ...]] = []
         self.max_time_ms = -np.inf
         self.history: list[BatchStats] = []
         self.ready = False
@@ -219,6 +224,14 @@ class DriverBatch(ABC):
         source = source.select("topic", "partition", "offset", "key", "value", "timestamp")
         name = f"siftstream-{self.job}-{self.topic_prefix or 'default'}"
         return start_batches(source, self, checkpoint, name, available_now, trigger_interval)
+
+    def reject(self, table: Any, row: int, code: str, reason: str) -> None:
+        """Dead-letter row ``row`` of ``table`` (a topic in :attr:`raw_topics`): a record that
+        decoded but that the job cannot use, e.g. a composite tree that does not parse."""
+        r = table.slice(row, 1).to_pylist()[0]
+        self.rejections.append(
+            (r["topic"], r["partition"], r["offset"], r["ts_ms"], r["raw_key"], r["raw_value"], code, reason)
+        )
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -267,12 +280,13 @@ class DriverBatch(ABC):
         finally:
             batch.unpersist()
         t0 = time.monotonic()
+        self.rejections = []
         outputs = self.step(tables, stats)
         stats.step_ms = (time.monotonic() - t0) * 1000
         stats.outputs = len(outputs)
         self._save(batch_id)
         t0 = time.monotonic()
-        dead = self._dead_letters(tables)
+        dead = self._dead_letters(tables) + self.rejections
         stats.dead_letters = len(dead)
         if dead or outputs:
             self._frame(dead, outputs).write.format("kafka").options(**self.conn.spark_options()).save()

@@ -744,3 +744,88 @@ def _placement_leaves(node: dict[str, Any]) -> list[dict[str, Any]]:
     if "leaf" in node:
         return [node]
     return [leaf for child in node["children"] for leaf in _placement_leaves(child)]
+
+
+# --- Composite subscriptions and their detection (routing.composites, routing.detection) -------
+# An appended section: its imports sit here so that the code above stays as it was.
+
+from routing.composites import CompositeTree, parse_composite  # noqa: E402
+
+COMPOSITE_LEAF_TEXTS = ("a = 1", "b > 2", "kind = 'x'", "c exists", "A  =  1", "n between 1 and 2")
+COMPOSITE_WINDOWS = (1, 2, 3, 5, 8)  # small windows against small event times: expiry happens often
+
+
+@st.composite
+def composite_docs(
+    draw: st.DrawFn, max_depth: int = 3, max_children: int = 3, windows: tuple[int, ...] = COMPOSITE_WINDOWS
+) -> dict[str, Any]:
+    """A valid composite tree document (SPEC.md section 2) of at most ``max_depth`` operator
+    levels; ``or`` nodes get a ``within_ms`` a third of the time, ``and``/``seq`` always."""
+
+    def node(depth: int) -> dict[str, Any]:
+        op = draw(st.sampled_from(("and", "or", "seq")))
+        least = 1 if op == "or" else 2
+        children: list[Any] = []
+        for _ in range(draw(st.integers(least, max_children))):
+            if depth < max_depth and draw(st.integers(0, 3)) == 0:
+                children.append(node(depth + 1))
+            else:
+                children.append(draw(st.sampled_from(COMPOSITE_LEAF_TEXTS)))
+        doc: dict[str, Any] = {"op": draw(st.sampled_from((op, op.upper()))) if op == "or" else op}
+        if op != "or" or draw(st.integers(0, 2)) == 0:
+            doc["within_ms"] = draw(st.sampled_from(windows))
+        doc["children"] = children
+        return doc
+
+    return node(1)
+
+
+def composite_trees(max_depth: int = 3, max_children: int = 3) -> st.SearchStrategy[CompositeTree]:
+    """Parsed ``composite_docs``."""
+    return composite_docs(max_depth, max_children).map(parse_composite)
+
+
+@st.composite
+def component_matches(
+    draw: st.DrawFn, tree: CompositeTree, max_events: int = 14, max_time: int = 20
+) -> list[tuple[str, str, int]]:
+    """Component matches ``(leaf_id, event_id, event_time_ms)`` of one subscription: events with
+    small, often equal times, each matching one leaf or (sometimes) several. Event ids are drawn
+    so that their order is not the time order (ties in time are broken by id)."""
+    leaf_ids = [leaf.id for leaf in tree.leaf_nodes]
+    n = draw(st.integers(0, max_events))
+    ids = draw(st.permutations([f"e{i:02d}" for i in range(n)]))
+    out: list[tuple[str, str, int]] = []
+    for eid in ids:
+        t = draw(st.integers(0, max_time))
+        if len(leaf_ids) > 1 and draw(st.integers(0, 4)) == 0:
+            matched = draw(st.lists(st.sampled_from(leaf_ids), min_size=2, max_size=3, unique=True))
+        else:
+            matched = [draw(st.sampled_from(leaf_ids))]
+        out.extend((leaf, eid, t) for leaf in matched)
+    return out
+
+
+@st.composite
+def out_of_order_deliveries(
+    draw: st.DrawFn, items: list[tuple[Any, ...]], time_of: int = -1
+) -> list[tuple[list[tuple[Any, ...]], int]]:
+    """``items`` delivered in a random order in chunks, each chunk followed by a watermark that
+    never passes an undelivered item's time (``item[time_of]``) and never goes back.
+
+    Returns ``[(chunk, watermark after it), ...]``; every item is in exactly one chunk. The
+    arrival order differs from the event order wherever the watermark allows it.
+    """
+    order = draw(st.permutations(items))
+    cuts = sorted(draw(st.lists(st.integers(0, len(order)), max_size=5)))
+    bounds = [0, *cuts, len(order)]
+    out: list[tuple[list[tuple[Any, ...]], int]] = []
+    wm = -(10**9)
+    for k in range(len(bounds) - 1):
+        lo, hi = bounds[k], bounds[k + 1]
+        rest = [item[time_of] for item in order[hi:]]
+        ceiling = min(rest) if rest else 10**6
+        if ceiling > wm:
+            wm = draw(st.integers(wm, ceiling))
+        out.append((list(order[lo:hi]), wm))
+    return out

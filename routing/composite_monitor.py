@@ -1,0 +1,375 @@
+"""The composites job's logic: match component filters, detect composites, place their detection.
+
+:class:`CompositeMonitor` is the step object of ``streaming/composites_job.py``. It keeps
+
+- the live composite subscriptions (:class:`routing.composites.CompositeTable`) and, in one
+  :class:`routing.matching.MatchIndex`, every leaf filter under the id ``"<subscription>#<leaf>"``
+  (:func:`routing.composites.filter_id`), so each batch of events is matched against all
+  components at once;
+- the detector (:class:`routing.detection.CompositeDetector`): event time, watermarks, the
+  selection and consumption policy and the state bound are documented there;
+- for placement (Li & Jacobsen §4; :mod:`routing.placement`): the overlay's brokers and links
+  (the topology topic), each publisher's home broker, the rate at which each leaf's matches enter
+  the overlay at each broker over a rolling window (Definition 1, measured), and measured link
+  delays (with ``link_cost="delay"`` they are the distances).
+
+Placement, every ``check_period_ms`` of event time, per composite subscription whose leaves all
+have observed sources: the SPEC §6 instance of the window is solved (``method``, default
+``optimal``; the joint-point baseline and the reasons come with it). The first placement is
+written at once; afterwards the detection moves only when the new placement is cheaper than the
+current one, at the new rates, by at least ``min_saving`` (relative) for ``sustain`` checks in a
+row (no flapping), or at once when the current one became impossible (a broker or link vanished,
+the tree or the subscriber's broker changed). Each decision is one ``Placement`` record.
+
+>>> mon = CompositeMonitor(MonitorConfig(check_period_ms=1000, rate_window_ms=10_000))
+>>> mon.apply_topology([("b1", {"kind": "broker"}), ("b2", {"kind": "broker"}),
+...     ("b1->b2", {"kind": "link", "from": "b1", "to": "b2", "cost": 1.0}),
+...     ("b2->b1", {"kind": "link", "from": "b2", "to": "b1", "cost": 1.0}),
+...     ("p1", {"kind": "publisher", "broker": "b2"})])
+>>> tree = '{"op": "and", "within_ms": 1000, "children": ["x = 1", "y = 1"]}'
+>>> mon.apply_subscriptions([SubscriptionRecord(op="subscribe", subscription_id="c1", composite=tree,
+...     subscriber_id="s1")], ["b1"])
+[]
+>>> mon.add_events(["e1", "e2"], ["p1", "p1"], [100, 200], [{"x": 1}, {"y": 1}])
+>>> detections, placements = mon.advance(1000)
+>>> [d["components"][1]["event_id"] for d in detections], placements[0]["placement"]
+(['e2'], {'n1': 'b2'})
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from routing.composites import CompositeTable, leaf_filter_changes, plan_composite_change, split_filter_id
+from routing.composites import to_placement_tree as _placement_tree
+from routing.detection import CompositeDetector, DetectionRecord, DetectorConfig
+from routing.estimation import Moments, RollingWindow, pack_documents, unpack_documents
+from routing.matching import EventBatch, MatchIndex
+from routing.placement import METHODS, PlacementError, PlacementInstance, place, traffic_cost
+from routing.subscriptions import SubscriptionRecord
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """Settings of the composites job.
+
+    Attributes
+    ----------
+    max_instances : int
+        Detector state bound: partial-match instances kept per operator child per subscription.
+    method : str
+        Placement method: ``optimal`` (default), ``adaptive`` (Algorithm 2) or ``joint-point``.
+    check_period_ms : int
+        How often placements are reconsidered (event time).
+    rate_window_ms : int
+        Leaf rates and link delays are averaged over this window (a multiple of the period).
+    min_saving : float
+        A detection moves only when the new placement is cheaper by this fraction...
+    sustain : int
+        ...for this many checks in a row.
+    link_cost : str
+        ``topology`` (the links' cost) or ``delay`` (measured mean delay, ms).
+    """
+
+    max_instances: int = 1000
+    method: str = "optimal"
+    check_period_ms: int = 10_000
+    rate_window_ms: int = 60_000
+    min_saving: float = 0.1
+    sustain: int = 3
+    link_cost: str = "topology"
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)} (got {self.method!r})")
+        if self.link_cost not in ("topology", "delay"):
+            raise ValueError(f"link_cost must be topology or delay (got {self.link_cost!r})")
+        if self.check_period_ms <= 0 or self.rate_window_ms % self.check_period_ms:
+            raise ValueError("rate_window_ms must be a positive multiple of check_period_ms")
+        if not 0 <= self.min_saving < 1 or self.sustain < 1:
+            raise ValueError("need 0 <= min_saving < 1 and sustain >= 1")
+
+
+class CompositeMonitor:
+    """The composites job's state and step functions (module docstring)."""
+
+    def __init__(self, config: MonitorConfig | None = None) -> None:
+        self.config = config or MonitorConfig()
+        cfg = self.config
+        self.table = CompositeTable()
+        self.index = MatchIndex()
+        self.detector = CompositeDetector(DetectorConfig(max_instances=cfg.max_instances))
+        self.homes: dict[str, str] = {}  # subscription id -> the subscriber's broker
+        self.brokers: dict[str, None] = {}
+        self.publishers: dict[str, str | None] = {}
+        self.links: dict[str, dict[str, Any]] = {}
+        buckets = cfg.rate_window_ms // cfg.check_period_ms
+        self._rates: RollingWindow[Moments] = RollingWindow(Moments, bucket_ms=cfg.check_period_ms, buckets=buckets)
+        self._delays: RollingWindow[Moments] = RollingWindow(Moments, bucket_ms=cfg.check_period_ms, buckets=buckets)
+        self.first_ms: float | None = None
+        self.next_check_ms: int | None = None
+        self.placed: dict[str, dict[str, Any]] = {}  # subscription id -> its current Placement record
+        self.streaks: dict[str, int] = {}
+        self.counters: dict[str, int] = {"placements": 0, "moves": 0, "kept": 0, "waiting": 0}
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def apply_topology(self, records: Sequence[tuple[str, Mapping[str, Any] | None]]) -> None:
+        """Apply topology records ``(element id, record or None for a tombstone)`` in order."""
+        for key, rec in records:
+            for table in (self.brokers, self.publishers, self.links):
+                table.pop(key, None)
+            if rec is None:
+                continue
+            kind = rec.get("kind")
+            if kind == "broker":
+                self.brokers[key] = None
+            elif kind == "publisher":
+                self.publishers[key] = rec.get("broker")
+            elif kind == "link" and rec.get("from") and rec.get("to"):
+                cost = rec.get("cost")
+                self.links[key] = {
+                    "from": str(rec["from"]),
+                    "to": str(rec["to"]),
+                    "cost": 1.0 if cost is None or not math.isfinite(float(cost)) or cost <= 0 else float(cost),
+                }
+
+    def apply_subscriptions(
+        self, records: Sequence[SubscriptionRecord], brokers: Sequence[str | None]
+    ) -> list[tuple[int, tuple[str, str]]]:
+        """Apply subscription records in order (``brokers[i]``: record i's broker field).
+
+        Returns ``(position, (error code, reason))`` for each composite that does not parse, for
+        the dead-letter topic; it changes nothing (an existing subscription of that id stays).
+        """
+        rejected: list[tuple[int, tuple[str, str]]] = []
+        for i, (rec, broker) in enumerate(zip(records, brokers, strict=True)):
+            outcome = plan_composite_change(rec)
+            if outcome.rejection is not None:
+                rejected.append((i, outcome.rejection))
+                continue
+            if outcome.change is None:
+                continue
+            sid, new = outcome.change
+            old = self.table.get(sid)
+            if old is None and new is None:
+                continue
+            for fid, text in leaf_filter_changes(old, new):
+                if text is None:
+                    self.index.remove(fid)
+                else:
+                    self.index.add(fid, text)
+            self.table.apply([(sid, new)])
+            if new is None:
+                self.detector.apply([(sid, None)])
+                self.homes.pop(sid, None)
+                self.placed.pop(sid, None)
+                self.streaks.pop(sid, None)
+            else:
+                self.detector.add(sid, new.tree, new.subscriber_id)
+                if broker:
+                    self.homes[sid] = broker
+        return rejected
+
+    def add_events(
+        self,
+        event_ids: Sequence[str],
+        publishers: Sequence[str],
+        published_at: Sequence[int],
+        events: EventBatch | Sequence[Mapping[str, object]],
+    ) -> None:
+        """Match a batch of events against every leaf filter, feed the component matches to the
+        detector, and count each leaf's matches at the publisher's home broker."""
+        if not len(event_ids) or not len(self.table):
+            return
+        offsets, ids = self.index.match(events).flat_ids()
+        if not len(ids):
+            return
+        counts = np.diff(offsets)
+        rows = np.repeat(np.arange(len(event_ids)), counts)
+        per_event = [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(event_ids))]
+        self.detector.update_from_matches(event_ids, published_at, per_event)
+        times = np.asarray(published_at, dtype=np.float64)
+        first = float(times[rows].min())
+        self.first_ms = first if self.first_ms is None else min(self.first_ms, first)
+        keys: dict[str, list[float]] = {}
+        pubs = list(publishers)
+        for row, fid in zip(rows.tolist(), ids.tolist(), strict=True):
+            home = self.publishers.get(pubs[row])
+            if home is not None and split_filter_id(fid) is not None:
+                keys.setdefault(f"{fid}|{home}", []).append(float(times[row]))
+        for key, ts in keys.items():
+            self._rates.add(key, ts, np.ones(len(ts)))
+
+    def add_link_samples(
+        self, src: Sequence[str], dst: Sequence[str], sent_at: Sequence[float], delay_ms: Sequence[float]
+    ) -> None:
+        """Link telemetry: delays of delivered transmissions (NaN for lost ones, skipped)."""
+        d = np.asarray(delay_ms, dtype=np.float64)
+        t = np.asarray(sent_at, dtype=np.float64)
+        keys = np.char.add(np.char.add(np.asarray(src, dtype=str), "->"), np.asarray(dst, dtype=str))
+        ok = np.isfinite(d)
+        for key in np.unique(keys[ok]).tolist():
+            rows = ok & (keys == key)
+            self._delays.add(key, t[rows], d[rows])
+
+    # -- placement -----------------------------------------------------------------------------
+
+    def instance(self, sid: str, end_ms: float) -> dict[str, Any] | str:
+        """The SPEC §6 instance of ``sid`` for the window ending at ``end_ms``, or why there is none."""
+        sub = self.table.get(sid)
+        home = self.homes.get(sid)
+        if sub is None:
+            return f"{sid} is not a composite subscription"
+        if home is None or home not in self.brokers:
+            return f"{sid}: the subscriber's broker {home!r} is not in the topology"
+        start, stop = self._rates.span(end_ms)
+        if self.first_ms is not None:
+            start = max(start, math.floor(self.first_ms / self.config.check_period_ms) * self.config.check_period_ms)
+        window_s = max(stop - start, self.config.check_period_ms) / 1000.0
+        sources = []
+        for leaf in sub.tree.leaf_nodes:
+            prefix = f"{sid}#{leaf.id}|"
+            found = False
+            for key in self._rates.keys():  # noqa: SIM118 (a RollingWindow, not a dict)
+                if key.startswith(prefix):
+                    broker = key[len(prefix) :]
+                    counted = self._rates.query(key, end_ms)
+                    if counted is not None and counted.count and broker in self.brokers:
+                        sources.append({"leaf": leaf.id, "broker": broker, "rate": counted.count / window_s})
+                        found = True
+            if not found:
+                return f"{sid}: no matches of {leaf.id} in the window yet"
+        links = []
+        for key, link in sorted(self.links.items()):
+            if link["from"] in self.brokers and link["to"] in self.brokers:
+                cost = link["cost"]
+                if self.config.link_cost == "delay":
+                    measured = self._delays.query(key, end_ms)
+                    if measured is not None and measured.count and measured.mean > 0:
+                        cost = float(measured.mean)
+                links.append({"from": link["from"], "to": link["to"], "cost": cost})
+        return {
+            "brokers": sorted(self.brokers),
+            "links": links,
+            "sources": sources,
+            "subscription": {"id": sid, "broker": home, "tree": _placement_tree(sub.tree)},
+        }
+
+    def _decide(self, sid: str, end_ms: int) -> dict[str, Any] | None:
+        doc = self.instance(sid, end_ms)
+        if isinstance(doc, str):
+            self.counters["waiting"] += 1
+            return None
+        try:
+            inst = PlacementInstance.from_json(doc)
+            best = place(inst, self.config.method)
+        except PlacementError:
+            self.counters["waiting"] += 1
+            return None
+        record: dict[str, Any] = {
+            "subscription_id": sid,
+            "decided_at": int(end_ms),
+            "method": best.method,
+            "placement": dict(best.placement),
+            "cost": float(best.cost),
+            "baseline_placement": dict(best.baseline_placement),
+            "baseline_cost": float(best.baseline_cost),
+            "reasons": dict(best.reasons),
+        }
+        current = self.placed.get(sid)
+        if current is not None:
+            same_tree = set(current["placement"]) == set(best.placement)
+            try:
+                now = traffic_cost(inst, current["placement"]) if same_tree else math.inf
+            except (KeyError, PlacementError):
+                now = math.inf
+            if math.isfinite(now):
+                if best.cost > now * (1.0 - self.config.min_saving):
+                    self.streaks[sid] = 0
+                    self.counters["kept"] += 1
+                    return None
+                self.streaks[sid] = self.streaks.get(sid, 0) + 1
+                if self.streaks[sid] < self.config.sustain:
+                    return None
+                record["reasons"] = {
+                    **record["reasons"],
+                    "moved": f"saves {now - best.cost:.4g}/s of traffic against the current placement "
+                    f"(cost {now:.4g}) for {self.streaks[sid]} checks in a row",
+                }
+            self.counters["moves"] += 1
+        self.streaks[sid] = 0
+        self.counters["placements"] += 1
+        self.placed[sid] = record
+        return record
+
+    def advance(self, watermark_ms: float) -> tuple[list[DetectionRecord], list[dict[str, Any]]]:
+        """Event time reached ``watermark_ms``: the detections it makes final, and the placement
+        records of every check period that ended (module docstring)."""
+        if not math.isfinite(watermark_ms):
+            return [], []
+        detections = self.detector.advance(int(watermark_ms))
+        placements: list[dict[str, Any]] = []
+        period = self.config.check_period_ms
+        if self.first_ms is None:
+            return detections, placements
+        if self.next_check_ms is None:
+            self.next_check_ms = (math.floor(self.first_ms / period) + 1) * period
+        while self.next_check_ms <= watermark_ms:
+            for sid in sorted(self.table.subscriptions):
+                record = self._decide(sid, self.next_check_ms)
+                if record is not None:
+                    placements.append(record)
+            self.next_check_ms += period
+        return detections, placements
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """The whole state: tables as JSON; the detector and the rolling windows as their own blobs."""
+        from routing.composites import to_json
+
+        meta = {
+            "config": asdict(self.config),
+            "subscriptions": [
+                {"id": sid, "subscriber": sub.subscriber_id, "tree": to_json(sub.tree)}
+                for sid, sub in self.table.subscriptions.items()
+            ],
+            "homes": self.homes,
+            "brokers": list(self.brokers),
+            "publishers": self.publishers,
+            "links": self.links,
+            "first_ms": self.first_ms,
+            "next_check_ms": self.next_check_ms,
+            "placed": self.placed,
+            "streaks": self.streaks,
+            "counters": self.counters,
+        }
+        return pack_documents(
+            meta, detector=self.detector.to_bytes(), rates=self._rates.to_bytes(), delays=self._delays.to_bytes()
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CompositeMonitor:
+        meta, blobs = unpack_documents(data)
+        mon = cls(MonitorConfig(**meta["config"]))
+        for entry in meta["subscriptions"]:
+            rec = SubscriptionRecord(
+                op="subscribe", subscription_id=entry["id"], composite=entry["tree"], subscriber_id=entry["subscriber"]
+            )
+            mon.apply_subscriptions([rec], [meta["homes"].get(entry["id"])])
+        mon.detector = CompositeDetector.from_bytes(
+            blobs["detector"], DetectorConfig(max_instances=mon.config.max_instances)
+        )
+        mon.brokers = dict.fromkeys(meta["brokers"])
+        mon.publishers, mon.links = meta["publishers"], meta["links"]
+        mon.first_ms, mon.next_check_ms = meta["first_ms"], meta["next_check_ms"]
+        mon.placed, mon.streaks, mon.counters = meta["placed"], meta["streaks"], meta["counters"]
+        mon._rates = RollingWindow.from_bytes(blobs["rates"], Moments)
+        mon._delays = RollingWindow.from_bytes(blobs["delays"], Moments)
+        return mon
