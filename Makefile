@@ -46,6 +46,7 @@ bench: jars
 	$(BIN)/python bench/qos_predict_scale.py
 	$(BIN)/python bench/qos_job.py
 	$(BIN)/python bench/distribution.py
+	$(BIN)/python bench/placement.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -31,6 +31,7 @@ the tree or the subscriber's broker changed). Each decision is one ``Placement``
 ...     subscriber_id="s1")], ["b1"])
 []
 >>> mon.add_events(["e1", "e2"], ["p1", "p1"], [100, 200], [{"x": 1}, {"y": 1}])
+2
 >>> detections, placements = mon.advance(1000)
 >>> [d["components"][1]["event_id"] for d in detections], placements[0]["placement"]
 (['e2'], {'n1': 'b2'})
@@ -111,6 +112,7 @@ class CompositeMonitor:
         buckets = cfg.rate_window_ms // cfg.check_period_ms
         self._rates: RollingWindow[Moments] = RollingWindow(Moments, bucket_ms=cfg.check_period_ms, buckets=buckets)
         self._delays: RollingWindow[Moments] = RollingWindow(Moments, bucket_ms=cfg.check_period_ms, buckets=buckets)
+        self._sources: dict[str, set[str]] = {}  # leaf filter id -> brokers its matches entered at
         self.first_ms: float | None = None
         self.next_check_ms: int | None = None
         self.placed: dict[str, dict[str, Any]] = {}  # subscription id -> its current Placement record
@@ -162,6 +164,7 @@ class CompositeMonitor:
             for fid, text in leaf_filter_changes(old, new):
                 if text is None:
                     self.index.remove(fid)
+                    self._sources.pop(fid, None)
                 else:
                     self.index.add(fid, text)
             self.table.apply([(sid, new)])
@@ -182,14 +185,15 @@ class CompositeMonitor:
         publishers: Sequence[str],
         published_at: Sequence[int],
         events: EventBatch | Sequence[Mapping[str, object]],
-    ) -> None:
+    ) -> int:
         """Match a batch of events against every leaf filter, feed the component matches to the
-        detector, and count each leaf's matches at the publisher's home broker."""
+        detector, and count each leaf's matches at the publisher's home broker. Returns the
+        number of component matches."""
         if not len(event_ids) or not len(self.table):
-            return
+            return 0
         offsets, ids = self.index.match(events).flat_ids()
         if not len(ids):
-            return
+            return 0
         counts = np.diff(offsets)
         rows = np.repeat(np.arange(len(event_ids)), counts)
         per_event = [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(event_ids))]
@@ -205,6 +209,9 @@ class CompositeMonitor:
                 keys.setdefault(f"{fid}|{home}", []).append(float(times[row]))
         for key, ts in keys.items():
             self._rates.add(key, ts, np.ones(len(ts)))
+            fid, _, home = key.rpartition("|")
+            self._sources.setdefault(fid, set()).add(home)
+        return len(ids)
 
     def add_link_samples(
         self, src: Sequence[str], dst: Sequence[str], sent_at: Sequence[float], delay_ms: Sequence[float]
@@ -234,15 +241,13 @@ class CompositeMonitor:
         window_s = max(stop - start, self.config.check_period_ms) / 1000.0
         sources = []
         for leaf in sub.tree.leaf_nodes:
-            prefix = f"{sid}#{leaf.id}|"
+            fid = f"{sid}#{leaf.id}"
             found = False
-            for key in self._rates.keys():  # noqa: SIM118 (a RollingWindow, not a dict)
-                if key.startswith(prefix):
-                    broker = key[len(prefix) :]
-                    counted = self._rates.query(key, end_ms)
-                    if counted is not None and counted.count and broker in self.brokers:
-                        sources.append({"leaf": leaf.id, "broker": broker, "rate": counted.count / window_s})
-                        found = True
+            for broker in sorted(self._sources.get(fid, ())):
+                counted = self._rates.query(f"{fid}|{broker}", end_ms)
+                if counted is not None and counted.count and broker in self.brokers:
+                    sources.append({"leaf": leaf.id, "broker": broker, "rate": counted.count / window_s})
+                    found = True
             if not found:
                 return f"{sid}: no matches of {leaf.id} in the window yet"
         links = []
@@ -346,6 +351,7 @@ class CompositeMonitor:
             "links": self.links,
             "first_ms": self.first_ms,
             "next_check_ms": self.next_check_ms,
+            "sources": {fid: sorted(b) for fid, b in self._sources.items()},
             "placed": self.placed,
             "streaks": self.streaks,
             "counters": self.counters,
@@ -369,6 +375,7 @@ class CompositeMonitor:
         mon.brokers = dict.fromkeys(meta["brokers"])
         mon.publishers, mon.links = meta["publishers"], meta["links"]
         mon.first_ms, mon.next_check_ms = meta["first_ms"], meta["next_check_ms"]
+        mon._sources = {fid: set(b) for fid, b in meta["sources"].items()}
         mon.placed, mon.streaks, mon.counters = meta["placed"], meta["streaks"], meta["counters"]
         mon._rates = RollingWindow.from_bytes(blobs["rates"], Moments)
         mon._delays = RollingWindow.from_bytes(blobs["delays"], Moments)

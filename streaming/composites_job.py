@@ -113,6 +113,7 @@ class CompositesBatch(DriverBatch):
     def step(self, tables: dict[str, Any], stats: BatchStats) -> list[tuple[str, bytes, bytes]]:
         mon = self.monitor
         times: list[float] = []
+        component_matches = 0
         table = tables[TOPOLOGY]
         idx = good_rows(table)
         stats.records[TOPOLOGY] = len(idx)
@@ -152,7 +153,7 @@ class CompositesBatch(DriverBatch):
                 kind: table.column(f"e_{kind}").take(idx).combine_chunks()
                 for kind in ("longs", "doubles", "strings", "booleans")
             }
-            mon.add_events(
+            component_matches = mon.add_events(
                 column(table, "e_id", idx).astype(str).tolist(),
                 column(table, "e_publisher", idx).astype(str).tolist(),
                 at.tolist(),
@@ -183,6 +184,7 @@ class CompositesBatch(DriverBatch):
             detections, placements = mon.advance(stats.watermark_ms)
         det_stats = mon.detector.stats
         stats.extra = {
+            "component_matches": component_matches,
             "detections": len(detections),
             "placements": len(placements),
             "pending": det_stats.pending,

