@@ -139,7 +139,8 @@ def main() -> int:
     print(
         f"  sustained (second half of the batches): {sustained:,.0f} component matches/s (target: 50,000); "
         f"median batch: read+decode {statistics.median(b.decode_ms for b in half):,.0f} ms, collect "
-        f"{statistics.median(b.collect_ms for b in half):,.0f} ms, step {statistics.median(b.step_ms for b in half):,.0f} ms, "
+        f"{statistics.median(b.collect_ms for b in half):,.0f} ms, "
+        f"step {statistics.median(b.step_ms for b in half):,.0f} ms, "
         f"write {statistics.median(b.write_ms for b in half):,.0f} ms"
     )
     print(
@@ -147,9 +148,8 @@ def main() -> int:
         f"child per subscription), {last.get('expired', 0):,} expired, {last.get('evicted', 0):,} evicted, "
         f"{last.get('late', 0):,} late"
     )
-    print(
-        f"  batches (component matches, detections, ms): {[(m, b.extra.get('detections', 0), round(b.duration_ms)) for m, b in zip(matches, history, strict=True)]}"
-    )
+    per_batch = [(m, b.extra.get("detections", 0), round(b.duration_ms)) for m, b in zip(matches, history, strict=True)]
+    print(f"  batches (component matches, detections, ms): {per_batch}")
     return 0
 
 
