@@ -49,7 +49,7 @@ import numpy as np
 from routing.composites import CompositeTable, leaf_filter_changes, plan_composite_change, split_filter_id
 from routing.composites import to_placement_tree as _placement_tree
 from routing.detection import CompositeDetector, DetectionRecord, DetectorConfig
-from routing.estimation import Moments, RollingWindow, pack_documents, unpack_documents
+from routing.estimation import Moments, RollingWindow, add_link_delays, pack_documents, unpack_documents
 from routing.matching import EventBatch, MatchIndex
 from routing.placement import METHODS, PlacementError, PlacementInstance, place, traffic_cost
 from routing.subscriptions import SubscriptionRecord
@@ -217,13 +217,7 @@ class CompositeMonitor:
         self, src: Sequence[str], dst: Sequence[str], sent_at: Sequence[float], delay_ms: Sequence[float]
     ) -> None:
         """Link telemetry: delays of delivered transmissions (NaN for lost ones, skipped)."""
-        d = np.asarray(delay_ms, dtype=np.float64)
-        t = np.asarray(sent_at, dtype=np.float64)
-        keys = np.char.add(np.char.add(np.asarray(src, dtype=str), "->"), np.asarray(dst, dtype=str))
-        ok = np.isfinite(d)
-        for key in np.unique(keys[ok]).tolist():
-            rows = ok & (keys == key)
-            self._delays.add(key, t[rows], d[rows])
+        add_link_delays(self._delays, src, dst, sent_at, delay_ms)
 
     # -- placement -----------------------------------------------------------------------------
 

@@ -1885,3 +1885,21 @@ class TelemetryEstimator:
     @classmethod
     def from_bytes(cls, data: bytes, *, match: Match | None = None) -> TelemetryEstimator:
         return cls.from_state(_unpack("TelemetryEstimator", data), match=match)
+
+
+def add_link_delays(
+    window: RollingWindow[Moments],
+    src: Sequence[str],
+    dst: Sequence[str],
+    sent_at: ArrayLike,
+    delay_ms: ArrayLike,
+) -> None:
+    """Link telemetry into ``window``, keyed ``"from->to"``: the delays of delivered
+    transmissions by send time (lost ones, with a NaN delay, are skipped)."""
+    d = np.asarray(delay_ms, dtype=np.float64)
+    t = np.asarray(sent_at, dtype=np.float64)
+    keys = np.char.add(np.char.add(np.asarray(src, dtype=str), "->"), np.asarray(dst, dtype=str))
+    ok = np.isfinite(d)
+    for key in np.unique(keys[ok]).tolist():
+        rows = ok & (keys == key)
+        window.add(key, t[rows], d[rows])

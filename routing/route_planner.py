@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from routing.estimation import Moments, RollingWindow, pack_documents, unpack_documents
+from routing.estimation import Moments, RollingWindow, add_link_delays, pack_documents, unpack_documents
 from routing.filters import FilterError, parse_filter
 from routing.micpice import METHODS, ORDERS, Instance, InstanceError, Plan, plan
 from routing.micpice_check import check_plan
@@ -249,14 +249,8 @@ class RoutePlanner:
     def add_link_samples(
         self, src: Sequence[str], dst: Sequence[str], sent_at: Sequence[float], delay_ms: Sequence[float]
     ) -> None:
-        """Link telemetry: delays of delivered transmissions (NaN for lost ones, which are skipped)."""
-        d = np.asarray(delay_ms, dtype=np.float64)
-        t = np.asarray(sent_at, dtype=np.float64)
-        keys = np.char.add(np.char.add(np.asarray(src, dtype=str), "->"), np.asarray(dst, dtype=str))
-        ok = np.isfinite(d)
-        for key in np.unique(keys[ok]).tolist():
-            rows = ok & (keys == key)
-            self._delays.add(key, t[rows], d[rows])
+        """Link telemetry: delays of delivered transmissions (NaN for lost ones, skipped)."""
+        add_link_delays(self._delays, src, dst, sent_at, delay_ms)
 
     # -- the instance -------------------------------------------------------------------------
 

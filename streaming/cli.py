@@ -419,11 +419,40 @@ def cmd_match_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def _driver_job(args: argparse.Namespace, job: str) -> dict[str, Any]:
+    """The settings every driver-state job (QoS, routes, composites) takes from the command line."""
+    checkpoint, stats = _job_paths(args, job)
+    return {
+        "conn": connection(args),
+        "checkpoint": checkpoint,
+        "topic_prefix": args.topic_prefix,
+        "available_now": args.available_now,
+        "trigger_interval": args.trigger_interval,
+        "lateness_ms": int(args.lateness_s * 1000),
+        "max_offsets_per_trigger": args.max_offsets_per_trigger,
+        "stats_file": stats,
+    }
+
+
+def _run_driver_job(args: argparse.Namespace, job: str, cfg: Any, run: Any, banner: str, counts: Sequence[str]) -> int:
+    """Start Spark, run a driver-state job until done or interrupted, and summarise its batches."""
+    spark = _spark(args)
+    print(f"[{job}] {banner}; checkpoint {cfg.checkpoint}", file=sys.stderr)
+    history = run(spark, cfg, quiet=args.quiet)
+    spark.stop()
+    totals = "".join(f", {sum(b.extra[k] for b in history):,} {k}" for k in counts)
+    print(
+        f"[{job}] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
+        f"{sum(b.dead_letters for b in history):,} dead-lettered{totals}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_routes_job(args: argparse.Namespace) -> int:
     from routing.route_planner import PlannerConfig
     from streaming.routes_job import RoutesConfig, run
 
-    checkpoint, stats = _job_paths(args, "routes")
     planner = PlannerConfig(
         plan_id=args.plan_id,
         method=args.method,
@@ -435,39 +464,18 @@ def cmd_routes_job(args: argparse.Namespace) -> int:
         min_saving=args.min_saving,
         link_cost=args.link_cost,
     )
-    cfg = RoutesConfig(
-        conn=connection(args),
-        checkpoint=checkpoint,
-        planner=planner,
-        topic_prefix=args.topic_prefix,
-        available_now=args.available_now,
-        trigger_interval=args.trigger_interval,
-        lateness_ms=int(args.lateness_s * 1000),
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        stats_file=stats,
+    cfg = RoutesConfig(planner=planner, **_driver_job(args, "routes"))
+    banner = (
+        f"topology, subscriptions, matches, link telemetry -> {cfg.topic('siftstream.routes.v1')} "
+        f"({planner.method}), checked every {args.check_period_s:g} s"
     )
-    spark = _spark(args)
-    print(
-        f"[routes] topology, subscriptions, matches, link telemetry -> {cfg.topic('siftstream.routes.v1')} "
-        f"({planner.method}); checked every {args.check_period_s:g} s, checkpoint {checkpoint}",
-        file=sys.stderr,
-    )
-    history = run(spark, cfg, quiet=args.quiet)
-    spark.stop()
-    plans = sum(b.extra["plans"] for b in history)
-    print(
-        f"[routes] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
-        f"{sum(b.dead_letters for b in history):,} dead-lettered, {plans} plans written",
-        file=sys.stderr,
-    )
-    return 0
+    return _run_driver_job(args, "routes", cfg, run, banner, ["plans"])
 
 
 def cmd_composites_job(args: argparse.Namespace) -> int:
     from routing.composite_monitor import MonitorConfig
     from streaming.composites_job import CompositesConfig, run
 
-    checkpoint, stats = _job_paths(args, "composites")
     monitor = MonitorConfig(
         max_instances=args.max_instances,
         method=args.method,
@@ -477,68 +485,28 @@ def cmd_composites_job(args: argparse.Namespace) -> int:
         sustain=args.sustain,
         link_cost=args.link_cost,
     )
-    cfg = CompositesConfig(
-        conn=connection(args),
-        checkpoint=checkpoint,
-        monitor=monitor,
-        topic_prefix=args.topic_prefix,
-        available_now=args.available_now,
-        trigger_interval=args.trigger_interval,
-        lateness_ms=int(args.lateness_s * 1000),
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        stats_file=stats,
+    cfg = CompositesConfig(monitor=monitor, **_driver_job(args, "composites"))
+    banner = (
+        f"events x composite subscriptions -> {cfg.topic('siftstream.composites.v1')}, placements "
+        f"({monitor.method}) -> {cfg.topic('siftstream.placements.v1')}"
     )
-    spark = _spark(args)
-    print(
-        f"[composites] events x composite subscriptions -> {cfg.topic('siftstream.composites.v1')}, placements "
-        f"({monitor.method}) -> {cfg.topic('siftstream.placements.v1')}; checkpoint {checkpoint}",
-        file=sys.stderr,
-    )
-    history = run(spark, cfg, quiet=args.quiet)
-    spark.stop()
-    detections = sum(b.extra["detections"] for b in history)
-    placements = sum(b.extra["placements"] for b in history)
-    print(
-        f"[composites] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
-        f"{sum(b.dead_letters for b in history):,} dead-lettered, {detections:,} detections, {placements} placements",
-        file=sys.stderr,
-    )
-    return 0
+    return _run_driver_job(args, "composites", cfg, run, banner, ["detections", "placements"])
 
 
 def cmd_qos_job(args: argparse.Namespace) -> int:
     from streaming.qos_job import QosConfig, run
 
-    checkpoint, stats = _job_paths(args, "qos")
     cfg = QosConfig(
-        conn=connection(args),
-        checkpoint=checkpoint,
-        topic_prefix=args.topic_prefix,
-        available_now=args.available_now,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        trigger_interval=args.trigger_interval,
         update_period_ms=int(args.update_period_s * 1000),
         window_buckets=args.window_periods,
-        lateness_ms=int(args.lateness_s * 1000),
         model=args.model,
-        stats_file=stats,
+        **_driver_job(args, "qos"),
     )
-    spark = _spark(args)
-    print(
-        f"[qos] topology, subscriptions, events, telemetry, receipts -> {cfg.topic('siftstream.qos.v1')} every "
-        f"{args.update_period_s:g} s (window {args.update_period_s * args.window_periods:g} s), "
-        f"checkpoint {checkpoint}",
-        file=sys.stderr,
+    banner = (
+        f"topology, subscriptions, events, telemetry, receipts -> {cfg.topic('siftstream.qos.v1')} every "
+        f"{args.update_period_s:g} s (window {args.update_period_s * args.window_periods:g} s)"
     )
-    history = run(spark, cfg, quiet=args.quiet)
-    spark.stop()
-    reports, alerts = sum(b.extra["reports"] for b in history), sum(b.extra["alerts"] for b in history)
-    print(
-        f"[qos] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
-        f"{sum(b.dead_letters for b in history):,} dead-lettered, {reports:,} reports, {alerts:,} alerts",
-        file=sys.stderr,
-    )
-    return 0
+    return _run_driver_job(args, "qos", cfg, run, banner, ["reports", "alerts"])
 
 
 def cmd_deadletter(args: argparse.Namespace) -> int:

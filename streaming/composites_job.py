@@ -36,7 +36,7 @@ from routing.subscriptions import SubscriptionRecord
 from schemas.codec import codec_for
 from schemas.topics import TOPICS
 from streaming.arrow_matching import event_batch
-from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows
+from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
 from streaming.session import await_query
 
 if TYPE_CHECKING:
@@ -118,13 +118,7 @@ class CompositesBatch(DriverBatch):
         idx = good_rows(table)
         stats.records[TOPOLOGY] = len(idx)
         if len(idx):
-            fields = ("kind", "broker", "from", "to", "cost")
-            mon.apply_topology(
-                [
-                    (r["key_text"], None if r["tombstone"] else {k: r[f"t_{k}"] for k in fields})
-                    for r in table.take(idx).to_pylist()
-                ]
-            )
+            mon.apply_topology(topology_changes(table, idx))
         table = tables[SUBSCRIPTIONS]
         idx = good_rows(table)
         stats.records[SUBSCRIPTIONS] = len(idx)
@@ -164,16 +158,8 @@ class CompositesBatch(DriverBatch):
         idx = good_rows(table)
         stats.records[LINKS] = len(idx)
         if len(idx):
-            import pyarrow.compute as pc
-
-            sent = column(table, "l_sent", idx).astype(np.float64)
-            delay = pc.fill_null(table.column("l_delay").take(idx), float("nan"))
-            mon.add_link_samples(
-                column(table, "l_from", idx).astype(str),
-                column(table, "l_to", idx).astype(str),
-                sent,
-                np.asarray(delay.to_numpy(zero_copy_only=False), dtype=np.float64),
-            )
+            src, dst, sent, delay = link_samples(table, idx)
+            mon.add_link_samples(src, dst, sent, delay)
             times.append(float(sent.max()))
         if times:
             self.max_time_ms = max(self.max_time_ms, *times)

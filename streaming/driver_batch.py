@@ -163,6 +163,31 @@ def column(table: Any, name: str, idx: np.ndarray) -> np.ndarray:
     return np.asarray(table.column(name).take(idx).to_numpy(zero_copy_only=False))
 
 
+def topology_changes(table: Any, idx: np.ndarray) -> list[tuple[str, dict[str, Any] | None]]:
+    """The topology topic's rows ``idx`` as ``(element id, fields or None for a tombstone)``."""
+    names = ("kind", "broker", "from", "to", "reliability", "cost")
+    return [
+        (
+            r["key_text"],
+            None if r["tombstone"] else {**{k: r[f"t_{k}"] for k in names}, "forbidden_events": r["t_forbidden"]},
+        )
+        for r in table.take(idx).to_pylist()
+    ]
+
+
+def link_samples(table: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The link telemetry rows ``idx`` as numpy: from, to, sent_at (ms) and delay_ms (NaN when lost)."""
+    import pyarrow.compute as pc
+
+    delay = pc.fill_null(table.column("l_delay").take(idx), float("nan"))
+    return (
+        column(table, "l_from", idx).astype(str),
+        column(table, "l_to", idx).astype(str),
+        column(table, "l_sent", idx).astype(np.float64),
+        np.asarray(delay.to_numpy(zero_copy_only=False), dtype=np.float64),
+    )
+
+
 class DriverBatch(ABC):
     """The ``foreachBatch`` function of a driver-state job (module docstring).
 

@@ -47,7 +47,7 @@ from routing.qos_monitor import MonitorConfig, QosMonitor
 from routing.subscriptions import SubscriptionRecord
 from schemas.codec import codec_for
 from schemas.topics import TOPICS
-from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows
+from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
 from streaming.session import await_query
 
 if TYPE_CHECKING:
@@ -155,7 +155,6 @@ class QosBatch(DriverBatch):
 
     def _feed(self, tables: dict[str, Any], stats: BatchStats) -> None:
         """Good records to the monitor: the overlay's shape first, then the measurements."""
-        import pyarrow.compute as pc
 
         monitor = self.monitor
         assert monitor is not None
@@ -169,18 +168,7 @@ class QosBatch(DriverBatch):
         col = column
         table, idx = good(TOPOLOGY)
         if len(idx):
-            rows = table.take(idx).to_pylist()
-            monitor.apply_topology(
-                [
-                    (
-                        r["key_text"],
-                        None
-                        if r["tombstone"]
-                        else {k: r[f"t_{k}"] for k in ("kind", "broker", "from", "to", "reliability")},
-                    )
-                    for r in rows
-                ]
-            )
+            monitor.apply_topology(topology_changes(table, idx))
         table, idx = good(SUBSCRIPTIONS)
         if len(idx):
             rows = table.take(idx).to_pylist()
@@ -219,15 +207,9 @@ class QosBatch(DriverBatch):
             times.append(float(at.max()))
         table, idx = good(LINKS)
         if len(idx):
-            sent = col(table, "l_sent", idx).astype(np.float64)
-            delay = pc.fill_null(table.column("l_delay").take(idx), float("nan"))
+            src, dst, sent, delay = link_samples(table, idx)
             monitor.add_link_samples(
-                col(table, "l_from", idx).astype(str),
-                col(table, "l_to", idx).astype(str),
-                col(table, "l_seq", idx).astype(np.int64),
-                sent,
-                np.asarray(delay.to_numpy(zero_copy_only=False), dtype=np.float64),
-                col(table, "l_lost", idx).astype(bool),
+                src, dst, col(table, "l_seq", idx).astype(np.int64), sent, delay, col(table, "l_lost", idx).astype(bool)
             )
             times.append(float(sent.max()))
         table, idx = good(BROKERS)

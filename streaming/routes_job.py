@@ -27,7 +27,7 @@ from routing.route_planner import PlannerConfig, RoutePlanner
 from routing.subscriptions import SubscriptionRecord, plan_change
 from schemas.codec import codec_for
 from schemas.topics import TOPICS
-from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows
+from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
 from streaming.session import await_query
 
 if TYPE_CHECKING:
@@ -126,18 +126,7 @@ class RoutesBatch(DriverBatch):
         idx = good_rows(tables[TOPOLOGY])
         stats.records[TOPOLOGY] = len(idx)
         if len(idx):
-            fields = ("kind", "broker", "from", "to", "cost")
-            planner.apply_topology(
-                [
-                    (
-                        r["key_text"],
-                        None
-                        if r["tombstone"]
-                        else {**{k: r[f"t_{k}"] for k in fields}, "forbidden_events": r["t_forbidden"]},
-                    )
-                    for r in tables[TOPOLOGY].take(idx).to_pylist()
-                ]
-            )
+            planner.apply_topology(topology_changes(tables[TOPOLOGY], idx))
         idx = good_rows(tables[SUBSCRIPTIONS])
         stats.records[SUBSCRIPTIONS] = len(idx)
         if len(idx):
@@ -157,16 +146,8 @@ class RoutesBatch(DriverBatch):
         idx = good_rows(table)
         stats.records[LINKS] = len(idx)
         if len(idx):
-            import pyarrow.compute as pc
-
-            sent = column(table, "l_sent", idx).astype(np.float64)
-            delay = pc.fill_null(table.column("l_delay").take(idx), float("nan"))
-            planner.add_link_samples(
-                column(table, "l_from", idx).astype(str),
-                column(table, "l_to", idx).astype(str),
-                sent,
-                np.asarray(delay.to_numpy(zero_copy_only=False), dtype=np.float64),
-            )
+            src, dst, sent, delay = link_samples(table, idx)
+            planner.add_link_samples(src, dst, sent, delay)
             times.append(float(sent.max()))
         if times:
             self.max_time_ms = max(self.max_time_ms, *times)
