@@ -128,3 +128,50 @@ def test_state_round_trip_continues_identically() -> None:
         outs.append(mon.advance(4 * PERIOD))
     assert outs[0] == outs[1]
     assert outs[0][0] and outs[0][1]
+
+
+def forbid(mon: CompositeMonitor, u: str, v: str, events: list[str]) -> None:
+    mon.apply_topology([(f"{u}->{v}", {"kind": "link", "from": u, "to": v, "cost": 1.0, "forbidden_events": events})])
+
+
+def test_policy_constraints_place_the_detection_with_micpice() -> None:
+    mon = monitor()
+    subscribe(mon, "c1", AND)
+    forbid(mon, "b3", "b2", ["c1"])  # detections may not leave b3 towards the subscriber
+    feed(mon, 0, 20, 2)
+    record = mon.advance(PERIOD)[1][0]
+    assert record["method"].startswith("micpice-")
+    assert record["placement"]["n1"] in ("b1", "b2")  # not b3, the optimum without the policy
+    assert "policy constraints on 1 links" in record["reasons"]["n1"]
+    # flights 20/s over b3->b2 (and b2->b1 when detected at b1); hotels 2/s; detections stay cheap
+    assert record["cost"] >= 20.0
+
+
+def test_policy_constraints_with_no_allowed_placement_write_nothing() -> None:
+    mon = monitor()
+    subscribe(mon, "c1", AND)
+    forbid(mon, "b3", "b2", ["c1", "c1#L1"])  # neither flights nor detections may leave b3
+    feed(mon, 0, 20, 2)
+    assert mon.advance(PERIOD)[1] == []
+    assert mon.counters["infeasible"] == 1 and "no policy-allowed placement" in mon.notes[-1]
+
+
+def test_micpice_costing_equals_the_spec_6_cost_without_policy() -> None:
+    from itertools import product
+
+    from routing.composite_monitor import micpice_cost, policy_instance
+    from routing.placement import PlacementInstance, traffic_cost
+
+    mon = monitor()
+    tree = {"op": "or", "children": [AND, "kind = 'weather'"]}
+    subscribe(mon, "c1", tree)
+    mon.apply_topology([("pw", {"kind": "publisher", "broker": "b2"})])
+    feed(mon, 0, 20, 2)
+    mon.add_events(["w1", "w2"], ["pw", "pw"], [300, 600], [{"kind": "weather"}, {"kind": "weather"}])
+    doc = mon.instance("c1", PERIOD)
+    assert not isinstance(doc, str)
+    inst = PlacementInstance.from_json(doc)
+    micpice = policy_instance(inst, "c1", {})
+    for where in product(("b1", "b2", "b3"), repeat=2):
+        placement = dict(zip(("n1", "n2"), where, strict=True))
+        assert micpice_cost(micpice, placement) == traffic_cost(inst, placement)
