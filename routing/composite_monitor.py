@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from routing.composites import CompositeTable, leaf_filter_changes, plan_composite_change, split_filter_id
+from routing.composites import CompositeTable, leaf_filter_changes, plan_composite_change
 from routing.composites import to_placement_tree as _placement_tree
 from routing.detection import CompositeDetector, DetectionRecord, DetectorConfig
 from routing.estimation import Moments, RollingWindow, add_link_delays, pack_documents, unpack_documents
@@ -62,6 +62,10 @@ from routing.matching import EventBatch, MatchIndex
 from routing.micpice import Instance, Plan, plan_enhanced
 from routing.placement import METHODS, Operator, PlacementError, PlacementInstance, place, traffic_cost
 from routing.subscriptions import SubscriptionRecord
+
+CATCH_UP_PERIODS = 60
+"""Check periods of counts kept beyond the rate window, so that a backlog read in one batch is
+still placed period by period (as ``routing.route_planner`` does)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,8 @@ class CompositeMonitor:
         self.publishers: dict[str, str | None] = {}
         self.links: dict[str, dict[str, Any]] = {}
         buckets = cfg.rate_window_ms // cfg.check_period_ms
-        self._rates: RollingWindow[Moments] = RollingWindow(Moments, bucket_ms=cfg.check_period_ms, buckets=buckets)
+        self._counts: dict[str, dict[int, int]] = {}  # "<leaf filter>|<broker>" -> check period -> matches
+        self._leaf_of: dict[str, tuple[str, str]] = {}  # leaf filter id -> (subscription id, leaf id)
         self._delays: RollingWindow[Moments] = RollingWindow(Moments, bucket_ms=cfg.check_period_ms, buckets=buckets)
         self._sources: dict[str, set[str]] = {}  # leaf filter id -> brokers its matches entered at
         self.first_ms: float | None = None
@@ -176,8 +181,10 @@ class CompositeMonitor:
                 if text is None:
                     self.index.remove(fid)
                     self._sources.pop(fid, None)
+                    self._leaf_of.pop(fid, None)
                 else:
                     self.index.add(fid, text)
+                    self._leaf_of[fid] = (sid, fid.rpartition("#")[2])
             self.table.apply([(sid, new)])
             if new is None:
                 self.detector.apply([(sid, None)])
@@ -198,31 +205,62 @@ class CompositeMonitor:
         events: EventBatch | Sequence[Mapping[str, object]],
     ) -> int:
         """Match a batch of events against every leaf filter, feed the component matches to the
-        detector, and count each leaf's matches at the publisher's home broker. Returns the
-        number of component matches."""
+        detector, and count each leaf's matches per check period at the publisher's home broker.
+        Returns the number of component matches."""
         if not len(event_ids) or not len(self.table):
             return 0
         offsets, ids = self.index.match(events).flat_ids()
         if not len(ids):
             return 0
-        counts = np.diff(offsets)
-        rows = np.repeat(np.arange(len(event_ids)), counts)
-        per_event = [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(event_ids))]
-        self.detector.update_from_matches(event_ids, published_at, per_event)
-        times = np.asarray(published_at, dtype=np.float64)
-        first = float(times[rows].min())
+        rows = np.repeat(np.arange(len(event_ids)), np.diff(offsets))
+        times = np.asarray(published_at, dtype=np.int64)[rows]
+        event_at = np.asarray(event_ids, dtype=object)[rows]
+        split = self._leaf_of
+        self.detector.update(
+            (*split[fid], eid, t) for fid, eid, t in zip(ids.tolist(), event_at.tolist(), times.tolist(), strict=True)
+        )
+        first = float(times.min())
         self.first_ms = first if self.first_ms is None else min(self.first_ms, first)
-        keys: dict[str, list[float]] = {}
-        pubs = list(publishers)
-        for row, fid in zip(rows.tolist(), ids.tolist(), strict=True):
-            home = self.publishers.get(pubs[row])
-            if home is not None and split_filter_id(fid) is not None:
-                keys.setdefault(f"{fid}|{home}", []).append(float(times[row]))
-        for key, ts in keys.items():
-            self._rates.add(key, ts, np.ones(len(ts)))
-            fid, _, home = key.rpartition("|")
-            self._sources.setdefault(fid, set()).add(home)
+        # counts per (leaf filter, home broker, check period), vectorised
+        pubs, pub_inv = np.unique(np.asarray(publishers, dtype=object)[rows], return_inverse=True)
+        homes = np.array([self.publishers.get(p) or "" for p in pubs.tolist()], dtype=object)[pub_inv]
+        fids, fid_inv = np.unique(ids, return_inverse=True)
+        brokers, broker_inv = np.unique(homes, return_inverse=True)
+        period = self.config.check_period_ms
+        bucket = times // period
+        low = int(bucket.min())
+        span = int(bucket.max()) - low + 1
+        code = (fid_inv.astype(np.int64) * len(brokers) + broker_inv) * span + (bucket - low)
+        found, counts = np.unique(code, return_counts=True)
+        fids_l, brokers_l = fids.tolist(), brokers.tolist()
+        for c, n in zip(found.tolist(), counts.tolist(), strict=True):
+            pair, b = divmod(c, span)
+            fid, home = fids_l[pair // len(brokers_l)], brokers_l[pair % len(brokers_l)]
+            if home:
+                ring = self._counts.setdefault(f"{fid}|{home}", {})
+                ring[low + b] = ring.get(low + b, 0) + n
+                self._sources.setdefault(fid, set()).add(home)
         return len(ids)
+
+    def _rate_window(self, end_ms: float) -> tuple[int, int]:
+        """Check periods (first, last) of the rate window that ends at ``end_ms``."""
+        period = self.config.check_period_ms
+        last = math.ceil(end_ms / period) - 1
+        return last - self.config.rate_window_ms // period + 1, last
+
+    def _count(self, key: str, end_ms: float) -> int:
+        first, last = self._rate_window(end_ms)
+        return sum(n for b, n in self._counts.get(key, {}).items() if first <= b <= last)
+
+    def _forget(self, end_ms: float) -> None:
+        """Drop counts of periods no check can ask for any more."""
+        oldest = self._rate_window(end_ms)[0] - CATCH_UP_PERIODS
+        for key in list(self._counts):
+            ring = self._counts[key]
+            for b in [b for b in ring if b < oldest]:
+                del ring[b]
+            if not ring:
+                del self._counts[key]
 
     def add_link_samples(
         self, src: Sequence[str], dst: Sequence[str], sent_at: Sequence[float], delay_ms: Sequence[float]
@@ -240,18 +278,20 @@ class CompositeMonitor:
             return f"{sid} is not a composite subscription"
         if home is None or home not in self.brokers:
             return f"{sid}: the subscriber's broker {home!r} is not in the topology"
-        start, stop = self._rates.span(end_ms)
+        period = self.config.check_period_ms
+        first, last = self._rate_window(end_ms)
+        start, stop = first * period, (last + 1) * period
         if self.first_ms is not None:
-            start = max(start, math.floor(self.first_ms / self.config.check_period_ms) * self.config.check_period_ms)
-        window_s = max(stop - start, self.config.check_period_ms) / 1000.0
+            start = max(start, math.floor(self.first_ms / period) * period)
+        window_s = max(stop - start, period) / 1000.0
         sources = []
         for leaf in sub.tree.leaf_nodes:
             fid = f"{sid}#{leaf.id}"
             found = False
             for broker in sorted(self._sources.get(fid, ())):
-                counted = self._rates.query(f"{fid}|{broker}", end_ms)
-                if counted is not None and counted.count and broker in self.brokers:
-                    sources.append({"leaf": leaf.id, "broker": broker, "rate": counted.count / window_s})
+                counted = self._count(f"{fid}|{broker}", end_ms)
+                if counted and broker in self.brokers:
+                    sources.append({"leaf": leaf.id, "broker": broker, "rate": counted / window_s})
                     found = True
             if not found:
                 return f"{sid}: no matches of {leaf.id} in the window yet"
@@ -374,6 +414,7 @@ class CompositeMonitor:
                 if record is not None:
                     placements.append(record)
             self.next_check_ms += period
+        self._forget(watermark_ms)
         return detections, placements
 
     # -- state ----------------------------------------------------------------------------------
@@ -395,13 +436,12 @@ class CompositeMonitor:
             "first_ms": self.first_ms,
             "next_check_ms": self.next_check_ms,
             "sources": {fid: sorted(b) for fid, b in self._sources.items()},
+            "counts": {key: {str(b): n for b, n in ring.items()} for key, ring in self._counts.items()},
             "placed": self.placed,
             "streaks": self.streaks,
             "counters": self.counters,
         }
-        return pack_documents(
-            meta, detector=self.detector.to_bytes(), rates=self._rates.to_bytes(), delays=self._delays.to_bytes()
-        )
+        return pack_documents(meta, detector=self.detector.to_bytes(), delays=self._delays.to_bytes())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> CompositeMonitor:
@@ -420,7 +460,7 @@ class CompositeMonitor:
         mon.first_ms, mon.next_check_ms = meta["first_ms"], meta["next_check_ms"]
         mon._sources = {fid: set(b) for fid, b in meta["sources"].items()}
         mon.placed, mon.streaks, mon.counters = meta["placed"], meta["streaks"], meta["counters"]
-        mon._rates = RollingWindow.from_bytes(blobs["rates"], Moments)
+        mon._counts = {key: {int(b): n for b, n in ring.items()} for key, ring in meta["counts"].items()}
         mon._delays = RollingWindow.from_bytes(blobs["delays"], Moments)
         return mon
 
