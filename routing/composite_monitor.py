@@ -221,21 +221,24 @@ class CompositeMonitor:
         )
         first = float(times.min())
         self.first_ms = first if self.first_ms is None else min(self.first_ms, first)
-        # counts per (leaf filter, home broker, check period), vectorised
-        pubs, pub_inv = np.unique(np.asarray(publishers, dtype=object)[rows], return_inverse=True)
-        homes = np.array([self.publishers.get(p) or "" for p in pubs.tolist()], dtype=object)[pub_inv]
-        fids, fid_inv = np.unique(ids, return_inverse=True)
-        brokers, broker_inv = np.unique(homes, return_inverse=True)
+        # counts per (leaf filter, home broker, check period): strings coded once through dicts
+        # (hashing, not sorting: a batch has millions of matches), then one np.unique of ints
+        fid_code: dict[str, int] = {}
+        fid_codes = np.fromiter((fid_code.setdefault(f, len(fid_code)) for f in ids.tolist()), np.int64, len(ids))
+        broker_code: dict[str, int] = {}
+        pub_home = {p: broker_code.setdefault(self.publishers.get(p) or "", len(broker_code)) for p in set(publishers)}
+        event_home = np.fromiter((pub_home[p] for p in publishers), np.int64, len(event_ids))
         period = self.config.check_period_ms
         bucket = times // period
         low = int(bucket.min())
         span = int(bucket.max()) - low + 1
-        code = (fid_inv.astype(np.int64) * len(brokers) + broker_inv) * span + (bucket - low)
+        nb = len(broker_code)
+        code = (fid_codes * nb + event_home[rows]) * span + (bucket - low)
         found, counts = np.unique(code, return_counts=True)
-        fids_l, brokers_l = fids.tolist(), brokers.tolist()
+        fids_l, brokers_l = list(fid_code), list(broker_code)
         for c, n in zip(found.tolist(), counts.tolist(), strict=True):
             pair, b = divmod(c, span)
-            fid, home = fids_l[pair // len(brokers_l)], brokers_l[pair % len(brokers_l)]
+            fid, home = fids_l[pair // nb], brokers_l[pair % nb]
             if home:
                 ring = self._counts.setdefault(f"{fid}|{home}", {})
                 ring[low + b] = ring.get(low + b, 0) + n
