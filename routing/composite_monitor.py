@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from routing.composites import CompositeTable, leaf_filter_changes, plan_composite_change
+from routing.composites import CompositeTable, leaf_filter_changes, plan_composite_change, to_json
 from routing.composites import to_placement_tree as _placement_tree
 from routing.detection import CompositeDetector, DetectionRecord, DetectorConfig
 from routing.estimation import Moments, RollingWindow, add_link_delays, pack_documents, unpack_documents
@@ -357,14 +357,15 @@ class CompositeMonitor:
                     f"{sid}: no policy-allowed placement: {'; '.join(planned.reasons[:2])}",
                 ]
                 return None
+            where = micpice_placement(planned, inst)
             record.update(
                 method=f"micpice-{planned.method}",
-                placement=micpice_placement(planned, inst),
+                placement=where,
                 cost=float(planned.cost or 0.0),
                 reasons={
                     n: f"policy constraints on {len(policy)} links; MICPICE ({planned.method}) generates it at {b}, "
                     f"delivery cost {planned.cost:.4g}/s (the SPEC 6 optimum ignoring them: {best.cost:.4g}/s)"
-                    for n, b in micpice_placement(planned, inst).items()
+                    for n, b in where.items()
                 },
             )
 
@@ -424,8 +425,6 @@ class CompositeMonitor:
 
     def to_bytes(self) -> bytes:
         """The whole state: tables as JSON; the detector and the rolling windows as their own blobs."""
-        from routing.composites import to_json
-
         meta = {
             "config": asdict(self.config),
             "subscriptions": [

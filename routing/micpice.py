@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from routing import jsondoc
 from routing.topology import Topology, chen_flat_12, to_micpice_nodes_links
 
 NODE_ROLES = ("publisher", "broker", "subscriber")
@@ -923,36 +924,17 @@ def _open_unit(rng: np.random.Generator) -> float:
 
 
 def _kind(value: object) -> str:
-    return type(value).__name__
+    return jsondoc.kind(value)
 
 
 def _items(doc: Mapping[str, Any], key: str, required: bool = True) -> list[Mapping[str, Any]]:
-    if key not in doc:
-        if required:
-            raise InstanceError(
-                f"missing key {key!r}: an instance has nodes, links, events and interests (and optionally forbidden)"
-            )
-        return []
-    items = doc[key]
-    if not isinstance(items, list):
-        raise InstanceError(f"{key} must be a list of objects (got {_kind(items)})")
-    for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise InstanceError(f"{key}[{i}] must be an object (got {_kind(item)})")
-    return items
+    note = "an instance has nodes, links, events and interests (and optionally forbidden)"
+    return jsondoc.items(doc, key, InstanceError, note, required)
 
 
 def _text(item: Mapping[str, Any], key: str, where: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str) or not value:
-        raise InstanceError(f"{where}: {key!r} must be a non-empty string (got {value!r})")
-    return value
+    return jsondoc.text(item, key, where, InstanceError)
 
 
 def _number(item: Mapping[str, Any], key: str, where: str, positive: bool) -> float:
-    value = item.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InstanceError(f"{where}: {key!r} must be a finite number (got {value!r})")
-    if value < 0 or (positive and value == 0):
-        raise InstanceError(f"{where}: {key!r} must be {'> 0' if positive else '>= 0'} (got {value})")
-    return float(value)
+    return jsondoc.number(item, key, where, InstanceError, 0.0, strict=positive)

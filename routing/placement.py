@@ -75,6 +75,8 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from routing import jsondoc
+
 METHODS = ("optimal", "adaptive", "joint-point")
 OPS = ("and", "or", "seq")
 
@@ -1017,7 +1019,7 @@ def _parse_node(raw: Any, where: str, op_ids: set[str], leaves: dict[str, None])
 
 
 def _kind(value: object) -> str:
-    return type(value).__name__
+    return jsondoc.kind(value)
 
 
 def _list(names: Mapping[str, None] | Sequence[str]) -> str:
@@ -1026,31 +1028,15 @@ def _list(names: Mapping[str, None] | Sequence[str]) -> str:
 
 
 def _items(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    if key not in doc:
-        raise PlacementError(f"missing key {key!r}: an instance has brokers, links, sources and subscription")
-    items = doc[key]
-    if not isinstance(items, list):
-        raise PlacementError(f"{key} must be a list of objects (got {_kind(items)})")
-    for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise PlacementError(f"{key}[{i}] must be an object (got {_kind(item)})")
-    return items
+    return jsondoc.items(doc, key, PlacementError, "an instance has brokers, links, sources and subscription")
 
 
 def _text(item: Mapping[str, Any], key: str, where: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str) or not value:
-        raise PlacementError(f"{where}: {key!r} must be a non-empty string (got {value!r})")
-    return value
+    return jsondoc.text(item, key, where, PlacementError)
 
 
 def _number(item: Mapping[str, Any], key: str, where: str, lowest: float, strict: bool) -> float:
-    value = item.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise PlacementError(f"{where}: {key!r} must be a finite number (got {value!r})")
-    if value < lowest or (strict and value == lowest):
-        raise PlacementError(f"{where}: {key!r} must be {'>' if strict else '>='} {_num(lowest)} (got {value})")
-    return float(value)
+    return jsondoc.number(item, key, where, PlacementError, lowest, strict)
 
 
 def _name(node: Node) -> str:
