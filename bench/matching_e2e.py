@@ -50,6 +50,7 @@ from infra import kafka
 from infra.connection import KafkaConnection
 from infra.jars import ensure_jars
 from infra.topics import ensure_topics
+from producers.columns import EventColumns
 from producers.kafka_writer import KafkaWriter
 from producers.sinks import KafkaSink
 from producers.workloads import GryphonWorkload
@@ -91,7 +92,7 @@ def produce_backlog(conn: KafkaConnection, prefix: str, w: GryphonWorkload, n: i
     start = time.monotonic()
     done = 0
     while done < n:
-        chunk = w.batch(min(20_000, n - done))
+        chunk = w.columns(min(20_000, n - done))
         sink.events(chunk)
         done += len(chunk)
     written = sink.close()
@@ -245,7 +246,7 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
         for e in warm:
             e["event_id"] = "warm-" + e["event_id"]
         sink = KafkaSink(conn, prefix)
-        sink.events(warm)
+        sink.events(EventColumns.from_records(warm))
         sink.close()
         while sum(b.events for b in handler.history) < len(warm):
             if not query.isActive or time.monotonic() > deadline:

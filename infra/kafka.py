@@ -119,7 +119,9 @@ def _java_opts(cfg: BrokerConfig) -> list[str]:
 def _format(cfg: BrokerConfig, jars: JarSets) -> None:
     if (cfg.home / "data" / "meta.properties").exists():
         return
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cluster_id = "-"
+    while cluster_id.startswith("-"):  # as Kafka's own Uuid: an id starting with '-' reads as an option
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     cmd = [
         cfg.java,
         *_java_opts(cfg),

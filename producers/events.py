@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from producers.columns import Attr, EventColumns, Text, Vocab
+
 SYMBOLS = (
     "IBM",
     "AAPL",
@@ -78,40 +80,44 @@ class EventGenerator:
             else []
         )
 
-    def batch(self, n: int, start_ms: int, spacing_ms: float = 0.0) -> list[dict[str, Any]]:
-        """The next ``n`` events, published from ``start_ms`` at ``spacing_ms`` intervals."""
+    def draw(self, n: int) -> dict[str, np.ndarray]:
+        """The random content of the next ``n`` events: symbol codes, prices, volumes, exchange
+        codes, urgency."""
         rng = self._rng
-        # .tolist() once: indexing numpy arrays element by element is slow
-        sym = rng.choice(len(SYMBOLS), size=n, p=self._symbol_p).tolist()
-        price = np.round(rng.lognormal(4.5, 0.4, size=n), 2).tolist()
-        volume = rng.integers(1, 10_000, size=n).tolist()
-        exch = rng.integers(0, len(EXCHANGES), size=n).tolist()
-        urgent = (rng.random(n) < 0.05).tolist()
-        out = []
-        for i in range(n):
-            k = self._count + i
-            pub = self.first_publisher + k % self.publishers
-            ts = int(start_ms + i * spacing_ms)
-            out.append(
-                {
-                    "event_id": f"p{pub}-{k // self.publishers}",
-                    "publisher_id": f"p{pub}",
-                    "published_at": ts,
-                    "lifetime_ms": self.lifetime_ms,
-                    "attributes": {
-                        "symbol": SYMBOLS[sym[i]],
-                        "price": price[i],
-                        "volume": volume[i],
-                        "exchange": EXCHANGES[exch[i]],
-                        "sector": SECTORS[sym[i] % len(SECTORS)],
-                        "region": REGIONS[exch[i] % len(REGIONS)],
-                        "urgent": urgent[i],
-                        "venue_ts": ts - 3,
-                    },
-                }
-            )
+        return {
+            "symbol": rng.choice(len(SYMBOLS), size=n, p=self._symbol_p),
+            "price": np.round(rng.lognormal(4.5, 0.4, size=n), 2),
+            "volume": rng.integers(1, 10_000, size=n),
+            "exchange": rng.integers(0, len(EXCHANGES), size=n),
+            "urgent": rng.random(n) < 0.05,
+        }
+
+    def build(self, drawn: dict[str, np.ndarray], times: np.ndarray) -> EventColumns:
+        """Events with the ``drawn`` content published at ``times`` (ms), numbered on from the last batch."""
+        n = len(times)
+        k = self._count + np.arange(n)
+        pub = Vocab.numbered("p", self.publishers, k % self.publishers, self.first_publisher)
+        sym, exch = drawn["symbol"], drawn["exchange"]
+        attrs = [
+            Attr("symbol", "string", Text((Vocab(SYMBOLS, sym),))),
+            Attr("price", "double", drawn["price"]),
+            Attr("volume", "long", drawn["volume"]),
+            Attr("exchange", "string", Text((Vocab(EXCHANGES, exch),))),
+            Attr("sector", "string", Text((Vocab(SECTORS, sym % len(SECTORS)),))),
+            Attr("region", "string", Text((Vocab(REGIONS, exch % len(REGIONS)),))),
+            Attr("urgent", "boolean", drawn["urgent"]),
+            Attr("venue_ts", "long", times - 3),
+        ]
         if self._notes:
-            for i, event in enumerate(out):
-                event["attributes"]["note"] = self._notes[(self._count + i) % len(self._notes)]
+            attrs.append(Attr("note", "string", Text((Vocab(self._notes, k % len(self._notes)),))))
         self._count += n
-        return out
+        return EventColumns(Text((pub, "-", k // self.publishers)), Text((pub,)), times, self.lifetime_ms, tuple(attrs))
+
+    def columns(self, n: int, start_ms: int, spacing_ms: float = 0.0) -> EventColumns:
+        """The next ``n`` events, published from ``start_ms`` at ``spacing_ms`` intervals."""
+        drawn = self.draw(n)
+        return self.build(drawn, (start_ms + np.arange(n) * spacing_ms).astype(np.int64))
+
+    def batch(self, n: int, start_ms: int, spacing_ms: float = 0.0) -> list[dict[str, Any]]:
+        """:meth:`columns` as records in SPEC.md's JSON form."""
+        return self.columns(n, start_ms, spacing_ms).records()

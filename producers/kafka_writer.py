@@ -1,12 +1,15 @@
-"""Write records to Kafka with confluent-kafka, counting every delivery report.
+"""Write records to Kafka with confluent-kafka, counting every record's fate.
 
-Idempotent producer with ``acks=all``: a record is counted as delivered only when the broker
-acknowledged it, and every failure is counted and its first errors kept, never dropped silently.
+Idempotent producer with ``acks=all``. librdkafka reports only the failures
+(``delivery.report.only.error``), each counted with its first errors kept; a Python callback for
+every acknowledged record would cost about a microsecond each. ``flush`` waits until no record is
+in flight, so at that point every record sent and not reported failed was acknowledged by the
+broker; records still unacknowledged when ``flush`` gives up count as failed. Nothing is dropped
+silently.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -16,17 +19,14 @@ from infra.connection import KafkaConnection
 
 @dataclass
 class DeliveryReport:
-    """What happened to everything a writer sent."""
+    """What happened to everything a writer sent (``delivered`` is known after a flush)."""
 
     sent: int = 0
     delivered: int = 0
     failed: int = 0
+    bytes_sent: int = 0
     bytes_delivered: int = 0
     errors: list[str] = field(default_factory=list)
-
-    @property
-    def pending(self) -> int:
-        return self.sent - self.delivered - self.failed
 
 
 class KafkaWriter:
@@ -50,17 +50,17 @@ class KafkaWriter:
             "queue.buffering.max.messages": 500_000,
             "queue.buffering.max.kbytes": 1_048_576,
             "message.timeout.ms": 60_000,
+            "delivery.report.only.error": True,  # successes are counted at flush (see the module doc)
         }
         settings.update(overrides)
         self._producer = Producer(conn.confluent(**settings))
         self.report = DeliveryReport()
+        self._bytes_failed = 0
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            self.report.delivered += 1
-            self.report.bytes_delivered += len(msg.value() or b"")
-        else:
+        if err is not None:
             self.report.failed += 1
+            self._bytes_failed += len(msg.value() or b"")
             if len(self.report.errors) < 10:
                 self.report.errors.append(f"{msg.topic()}: {err.str()}")
 
@@ -73,19 +73,34 @@ class KafkaWriter:
             except BufferError:
                 self._producer.poll(0.05)
         self.report.sent += 1
+        self.report.bytes_sent += len(value or b"")
         if self.report.sent % 1000 == 0:
             self._producer.poll(0)
+
+    def send_many(self, topic: str, keys: list[str], values: list[bytes]) -> None:
+        """``send`` for each (key, value), in a tight loop."""
+        produce, poll, on_delivery = self._producer.produce, self._producer.poll, self._on_delivery
+        for key, value in zip(keys, values, strict=True):
+            while True:
+                try:
+                    produce(topic, value, key, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    poll(0.05)
+            self.report.sent += 1
+        self.report.bytes_sent += sum(map(len, values))
+        poll(0)
 
     def poll(self) -> None:
         self._producer.poll(0)
 
     def flush(self, timeout_s: float = 60.0) -> DeliveryReport:
-        """Wait for every delivery report (or the timeout); the unreported count as failed."""
-        deadline = time.monotonic() + timeout_s
-        while self.report.pending > 0 and time.monotonic() < deadline:
-            self._producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
-        if self.report.pending > 0:
-            missing = self.report.pending
+        """Wait until no record is in flight (or the timeout); the unacknowledged count as failed."""
+        missing = self._producer.flush(timeout_s)
+        if missing > 0:
             self.report.failed += missing
             self.report.errors.append(f"{missing} records not acknowledged within {timeout_s:.0f}s")
+        self.report.delivered = self.report.sent - self.report.failed
+        # bytes of records still in flight at a timeout are unknown here: an upper bound then
+        self.report.bytes_delivered = self.report.bytes_sent - self._bytes_failed
         return self.report

@@ -1,5 +1,5 @@
 """Replay recorded events from JSON Lines, CSV or Avro files: with their original timing, a speed
-factor, or flat out. Acts as a workload (``batch``), so every sink works with it.
+factor, or flat out. Acts as a workload (``batch``, ``columns``), so every sink works with it.
 
 CSV: a header row; the columns ``event_id``, ``publisher_id``, ``published_at``, ``lifetime_ms``
 (optional, default 1000) are the event's, every other column is an attribute whose value is read
@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from producers.columns import EventColumns
 from producers.workloads import Record
 
 _EVENT_FIELDS = ("event_id", "publisher_id", "published_at", "lifetime_ms")
@@ -106,6 +107,9 @@ class Replay:
                 r["published_at"] = now_ms + offset
         self._count += len(out)
         return out
+
+    def columns(self, n: int) -> EventColumns:
+        return EventColumns.from_records(self.batch(n))
 
     @property
     def exhausted_after(self) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import orjson
 
 from infra.connection import KafkaConnection
+from producers.columns import EventColumns
 from producers.kafka_writer import KafkaWriter
 from producers.produce import progress_bar
 from producers.workloads import Record, Workload
@@ -19,7 +20,7 @@ from schemas.topics import TOPICS
 
 
 class Sink(Protocol):
-    def events(self, records: list[Record]) -> None: ...
+    def events(self, batch: EventColumns) -> None: ...
 
     def subscriptions(self, records: list[Record]) -> None: ...
 
@@ -46,16 +47,16 @@ class JsonlSink:
             self._subs = (folder / "subscriptions.jsonl").open("wb")
         self.written = {"events": 0, "subscriptions": 0, "bytes": 0}
 
-    def events(self, records: list[Record]) -> None:
+    def events(self, batch: EventColumns) -> None:
         if self.log is not None:
             lines = b"".join(
                 orjson.dumps({"type": "event", "event_id": r["event_id"], "attributes": r["attributes"]}) + b"\n"
-                for r in records
+                for r in batch.records()
             )
         else:
-            lines = b"".join(orjson.dumps(r) + b"\n" for r in records)
+            lines = batch.jsonl()
         self._events.write(lines)
-        self.written["events"] += len(records)
+        self.written["events"] += len(batch)
         self.written["bytes"] += len(lines)
 
     def subscriptions(self, records: list[Record]) -> None:
@@ -78,15 +79,12 @@ class KafkaSink:
         self.writer = writer or KafkaWriter(conn)
         self.events_topic = prefix + TOPICS["siftstream.events.v1"].name
         self.subs_topic = prefix + TOPICS["siftstream.subscriptions.v1"].name
-        self._event, self._sub = codec_for("Event"), codec_for("Subscription")
+        self._sub = codec_for("Subscription")
         self.counts = {"events": 0, "subscriptions": 0}
 
-    def events(self, records: list[Record]) -> None:
-        encode, send, topic = self._event.encode, self.writer.send, self.events_topic
-        for r in records:
-            send(topic, r["publisher_id"], encode(r))
-        self.counts["events"] += len(records)
-        self.writer.poll()
+    def events(self, batch: EventColumns) -> None:
+        self.writer.send_many(self.events_topic, batch.keys(), batch.avro())
+        self.counts["events"] += len(batch)
 
     def subscriptions(self, records: list[Record]) -> None:
         for r in records:
@@ -125,11 +123,11 @@ def run_workload(
         done = 0
         while done < count:
             n = min(chunk, count - done)
-            records = workload.batch(n)
-            if not records:  # a finite source (replay) ran out
+            batch = workload.columns(n)
+            if not len(batch):  # a finite source (replay) ran out
                 break
-            sink.events(records)
-            done += len(records)
+            sink.events(batch)
+            done += len(batch)
             if bar is not None:
                 bar.update(task, completed=done)
             if rate > 0:

@@ -1,9 +1,11 @@
 """Workload presets modelled on the papers' setups: events and subscriptions in SPEC.md's JSON forms.
 
 Every workload is deterministic for its ``seed`` and exposes the same small interface:
-``subscriptions()`` (the subscribe records), ``batch(n)`` (the next ``n`` events, with
-publication times following the workload's arrival process), and ``describe()`` (its parameters
-and what it realized, e.g. the match rate). ``producers.sinks`` writes them to Kafka or files.
+``subscriptions()`` (the subscribe records), ``columns(n)`` (the next ``n`` events as
+:class:`producers.columns.EventColumns`, with publication times following the workload's arrival
+process), ``batch(n)`` (the same as records in SPEC.md's JSON form), and ``describe()`` (its
+parameters and what it realized, e.g. the match rate). ``producers.sinks`` writes them to Kafka or
+files, encoded a batch at a time from the columns.
 
 >>> w = GryphonWorkload(brokers=2, clients_per_broker=2, subs_per_client=2, seed=1)
 >>> len(w.subscriptions()), sorted(w.batch(1)[0]["attributes"])[:3]
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from producers.columns import Attr, EventColumns, Text, Vocab
 from producers.events import EventGenerator
 from routing.micpice import chen_events
 
@@ -27,6 +30,8 @@ class Workload(Protocol):
     name: str
 
     def subscriptions(self) -> list[Record]: ...
+
+    def columns(self, n: int) -> EventColumns: ...
 
     def batch(self, n: int) -> list[Record]: ...
 
@@ -54,6 +59,16 @@ def _subscribe(sid: str, subscriber: str, broker: str, filt: str, **extra: Any) 
     }
 
 
+class _Columnar:
+    """Workloads that generate columns: ``batch`` is their records."""
+
+    def columns(self, n: int) -> EventColumns:
+        raise NotImplementedError
+
+    def batch(self, n: int) -> list[Record]:
+        return self.columns(n).records()
+
+
 class _Clock:
     """Publication times: Poisson (exponential gaps), periodic, or uniform gaps, in ms from ``start_ms``."""
 
@@ -78,7 +93,7 @@ class _Clock:
         return np.floor(times).astype(np.int64)
 
 
-class GryphonWorkload:
+class GryphonWorkload(_Columnar):
     """The Gryphon workload of Opyrchal et al. (2000), §3.1.
 
     ``attributes`` attributes ``a0..`` with ``values`` values each (1..values), Zipf-distributed in
@@ -172,30 +187,16 @@ class GryphonWorkload:
             out[i] = int(ok.sum())
         return out
 
-    def batch(self, n: int) -> list[Record]:
+    def columns(self, n: int) -> EventColumns:
         vals, region = self._event_matrix(n)
-        times = self._clock.next(n).tolist()
-        names = [f"a{j}" for j in range(self.k)]
-        rows = vals.tolist()
-        regs = region.tolist()
-        out = []
-        for i in range(n):
-            k = self._count + i
-            pub = k % self.publishers
-            attrs = dict(zip(names, rows[i], strict=True))
-            if self.regionalism:
-                attrs["region"] = regs[i]
-            out.append(
-                {
-                    "event_id": f"gp{pub}-{k // self.publishers}",
-                    "publisher_id": f"gp{pub}",
-                    "published_at": times[i],
-                    "lifetime_ms": self.lifetime_ms,
-                    "attributes": attrs,
-                }
-            )
+        times = self._clock.next(n)
+        k = self._count + np.arange(n)
+        pub = Vocab.numbered("gp", self.publishers, k % self.publishers)
+        attrs = [Attr(f"a{j}", "long", vals[:, j]) for j in range(self.k)]
+        if self.regionalism:
+            attrs.append(Attr("region", "long", region))
         self._count += n
-        return out
+        return EventColumns(Text((pub, "-", k // self.publishers)), Text((pub,)), times, self.lifetime_ms, tuple(attrs))
 
     def realized_match_rate(self, events: int = 2000) -> float:
         """Mean fraction of subscriptions an event matches, over ``events`` fresh events (own rng)."""
@@ -213,7 +214,7 @@ class GryphonWorkload:
         }
 
 
-class ReliabilityWorkload:
+class ReliabilityWorkload(_Columnar):
     """The setting of Pongthawornkamol et al., Table 3: 21 attributes (``topic`` plus ``a1..a20``),
     4 topics, 8 publishers at 1 event/s each, 100 subscribers on 20 brokers, event lifetime 1 s,
     Zipf-like content (exponent ``alpha``); inter-arrival ``exponential``, ``deterministic`` or
@@ -275,33 +276,24 @@ class ReliabilityWorkload:
     def subscriptions(self) -> list[Record]:
         return list(self._subs)
 
-    def batch(self, n: int) -> list[Record]:
-        times = self._clock.next(n).tolist()
-        topics = (self._rng.choice(self.topics, size=n, p=self.p_topic) + 1).tolist()
-        vals = (self._rng.choice(self.values, size=(n, 5), p=self.p_val) + 1).tolist()
-        out = []
-        for i in range(n):
-            k = self._count + i
-            pub, t = k % self.publishers, topics[i]
-            attrs: dict[str, Any] = {"topic": t}
-            attrs.update({f"a{(t - 1) * 5 + j + 1}": vals[i][j] for j in range(5)})
-            out.append(
-                {
-                    "event_id": f"rp{pub}-{k // self.publishers}",
-                    "publisher_id": f"rp{pub}",
-                    "published_at": times[i],
-                    "lifetime_ms": self.lifetime_ms,
-                    "attributes": attrs,
-                }
-            )
+    def columns(self, n: int) -> EventColumns:
+        times = self._clock.next(n)
+        topic = self._rng.choice(self.topics, size=n, p=self.p_topic)  # 0-based
+        vals = self._rng.choice(self.values, size=(n, 5), p=self.p_val) + 1
+        k = self._count + np.arange(n)
+        pub = Vocab.numbered("rp", self.publishers, k % self.publishers)
+        # topic t (1-based) uses attributes a{5(t-1)+1} .. a{5t}
+        names = [[f"a{t * 5 + j + 1}" for t in range(self.topics)] for j in range(5)]
+        attrs = [Attr("topic", "long", topic + 1)]
+        attrs += [Attr(Text((Vocab(names[j], topic),)), "long", vals[:, j]) for j in range(5)]
         self._count += n
-        return out
+        return EventColumns(Text((pub, "-", k // self.publishers)), Text((pub,)), times, self.lifetime_ms, tuple(attrs))
 
     def describe(self) -> dict[str, Any]:
         return {"workload": self.name, **self.params, "subscriptions": len(self._subs)}
 
 
-class CompositeWorkload:
+class CompositeWorkload(_Columnar):
     """Composite events of Chen et al. §4.2: one primitive event type per publisher, composite
     types in levels 2 and 3 with 1-3 components from lower levels (:func:`routing.micpice.chen_events`,
     the same graph as the MICPICE instances), each type popular with probability ``alpha``; a
@@ -385,30 +377,25 @@ class CompositeWorkload:
                 )
         return out
 
-    def batch(self, n: int) -> list[Record]:
-        times = self._clock.next(n).tolist()
-        pubs = self._rng.choice(len(self._p_pub), size=n, p=self._p_pub).tolist()
-        values = np.round(self._rng.uniform(0, 100, n), 2).tolist()
-        out = []
-        for i in range(n):
-            t = self.types[pubs[i]]
-            out.append(
-                {
-                    "event_id": f"ce{self._count + i}",
-                    "publisher_id": t["publisher"],
-                    "published_at": times[i],
-                    "lifetime_ms": self.within_ms,
-                    "attributes": {"kind": t["id"], "value": values[i]},
-                }
-            )
+    def columns(self, n: int) -> EventColumns:
+        times = self._clock.next(n)
+        pubs = self._rng.choice(len(self._p_pub), size=n, p=self._p_pub)
+        values = np.round(self._rng.uniform(0, 100, n), 2)
+        primitive = self.types[: len(self._p_pub)]
+        attrs = (
+            Attr("kind", "string", Text((Vocab([t["id"] for t in primitive], pubs),))),
+            Attr("value", "double", values),
+        )
+        ids = Text(("ce", self._count + np.arange(n)))
         self._count += n
-        return out
+        publishers = Text((Vocab([t["publisher"] for t in primitive], pubs),))
+        return EventColumns(ids, publishers, times, self.within_ms, attrs)
 
     def describe(self) -> dict[str, Any]:
         return {"workload": self.name, **self.params, "event_types": self.types, "interests": len(self.interests)}
 
 
-class ClustersWorkload:
+class ClustersWorkload(_Columnar):
     """Subscription-clustering workloads of Tariq's thesis §3.3.2 and §3.6: ``dims`` (up to 5)
     integer attributes ``x1..`` on [0, 30]. ``distribution`` ``WL1``: subscriptions and events uniform; ``WL2``:
     five hotspots, each subscription and event drawn around a hotspot chosen with Zipf
@@ -474,21 +461,13 @@ class ClustersWorkload:
             for i, b in enumerate(self.boxes)
         ]
 
-    def batch(self, n: int) -> list[Record]:
-        pts = np.round(self._points(self._rng, n)).astype(int).tolist()
-        times = self._clock.next(n).tolist()
-        out = [
-            {
-                "event_id": f"ke{self._count + i}",
-                "publisher_id": f"kp{(self._count + i) % 4}",
-                "published_at": times[i],
-                "lifetime_ms": 1000,
-                "attributes": {f"x{d + 1}": pts[i][d] for d in range(self.dims)},
-            }
-            for i in range(n)
-        ]
+    def columns(self, n: int) -> EventColumns:
+        pts = np.round(self._points(self._rng, n)).astype(np.int64)
+        times = self._clock.next(n)
+        k = self._count + np.arange(n)
         self._count += n
-        return out
+        attrs = tuple(Attr(f"x{d + 1}", "long", pts[:, d]) for d in range(self.dims))
+        return EventColumns(Text(("ke", k)), Text((Vocab.numbered("kp", 4, k % 4),)), times, 1000, attrs)
 
     def realized_match_rate(self, events: int = 500) -> float:
         rng = np.random.default_rng(12345)
@@ -501,7 +480,7 @@ class ClustersWorkload:
         return {"workload": self.name, **self.params, "realized_match_rate": self.realized_match_rate()}
 
 
-class StocksWorkload:
+class StocksWorkload(_Columnar):
     """A demo trade feed with temporal locality: per-symbol random-walk prices, Zipf-popular symbols,
     bursts of trades in the same symbol. Subscriptions are typical trader filters."""
 
@@ -512,7 +491,6 @@ class StocksWorkload:
         self._gen = EventGenerator(publishers=8, seed=seed)
         self._rng = np.random.default_rng(seed + 1)
         self._clock = _Clock(self._rng, rate_per_s)
-        self._price: dict[str, float] = {}
         rng = np.random.default_rng(seed)
         from producers.events import SYMBOLS
 
@@ -528,34 +506,33 @@ class StocksWorkload:
                 else "exchange = 'NYSE' and urgent = true"
             )
             self._subs.append(_subscribe(f"st{i}", f"trader{i}", f"b{i % 4}", filt))
-        self._last: str | None = None
+        self._last: int | None = None  # the symbol (code) of the last trade
+        self._price: dict[int, float] = {}
 
     def subscriptions(self) -> list[Record]:
         return list(self._subs)
 
-    def batch(self, n: int) -> list[Record]:
-        events = self._gen.batch(n, 0)
-        times = self._clock.next(n).tolist()
+    def columns(self, n: int) -> EventColumns:
+        drawn = self._gen.draw(n)
+        times = self._clock.next(n)
         steps = self._rng.normal(0, 0.002, n).tolist()
         repeat = (self._rng.random(n) < 0.4).tolist()
-        for i, e in enumerate(events):
-            a = e["attributes"]
+        symbols, first_price = drawn["symbol"].tolist(), drawn["price"].tolist()
+        prices = [0.0] * n
+        for i in range(n):  # a random walk per symbol, in order: a short Python loop
             if repeat[i] and self._last is not None:  # bursts: the same symbol trades again
-                a["symbol"] = self._last
-            sym = a["symbol"]
-            price = self._price.get(sym, a["price"]) * math.exp(steps[i])
-            self._price[sym] = price
-            a["price"] = round(price, 2)
+                symbols[i] = self._last
+            sym = symbols[i]
+            prices[i] = self._price[sym] = self._price.get(sym, first_price[i]) * math.exp(steps[i])
             self._last = sym
-            e["published_at"] = times[i]
-            a["venue_ts"] = times[i] - 3
-        return events
+        drawn["symbol"], drawn["price"] = np.array(symbols), np.round(prices, 2)
+        return self._gen.build(drawn, times)
 
     def describe(self) -> dict[str, Any]:
         return {"workload": self.name, **self.params, "subscriptions": len(self._subs)}
 
 
-class SensorsWorkload:
+class SensorsWorkload(_Columnar):
     """A demo sensor feed: sites with sensors of several kinds, slowly drifting readings with noise
     and occasional spikes; subscriptions watch thresholds per site and kind."""
 
@@ -584,7 +561,10 @@ class SensorsWorkload:
             for s in range(sites)
             for j in range(sensors_per_site)
         ]
-        self.level = {sid: kind[2] for _, kind, sid in self.sensors}
+        self.level = [kind[2] for _, kind, _ in self.sensors]  # each sensor's current level
+        self._sites = [f"site{s}" for s in range(sites)]
+        self._site_of = np.repeat(np.arange(sites), sensors_per_site)
+        self._kind_of = np.tile(np.arange(sensors_per_site) % len(self.KINDS), sites)
         self._rng = np.random.default_rng(seed + 1)
         self._clock = _Clock(self._rng, rate_per_s)
         self._subs = []
@@ -603,28 +583,27 @@ class SensorsWorkload:
     def subscriptions(self) -> list[Record]:
         return list(self._subs)
 
-    def batch(self, n: int) -> list[Record]:
-        which = self._rng.integers(len(self.sensors), size=n).tolist()
+    def columns(self, n: int) -> EventColumns:
+        which = self._rng.integers(len(self.sensors), size=n)
         noise = self._rng.normal(0, 1, n).tolist()
         spikes = (self._rng.random(n) < 0.01).tolist()
-        times = self._clock.next(n).tolist()
-        out = []
-        for i in range(n):
-            site, (kind, unit, mean, sd), sid = self.sensors[which[i]]
-            level = self.level[sid] + 0.05 * sd * noise[i] + 0.01 * (mean - self.level[sid])
-            self.level[sid] = level
-            value = level + (3 * sd if spikes[i] else 0.0)
-            out.append(
-                {
-                    "event_id": f"{sid}-{self._count + i}",
-                    "publisher_id": sid,
-                    "published_at": times[i],
-                    "lifetime_ms": 5000,
-                    "attributes": {"site": site, "kind": kind, "unit": unit, "value": round(value, 2)},
-                }
-            )
+        times = self._clock.next(n)
+        values = [0.0] * n
+        level = self.level
+        for i, w in enumerate(which.tolist()):  # each sensor's reading drifts from its last one
+            _, (_, _, mean, sd), _ = self.sensors[w]
+            level[w] += 0.05 * sd * noise[i] + 0.01 * (mean - level[w])
+            values[i] = level[w] + (3 * sd if spikes[i] else 0.0)
+        attrs = (
+            Attr("site", "string", Text((Vocab(self._sites, self._site_of[which]),))),
+            Attr("kind", "string", Text((Vocab([k[0] for k in self.KINDS], self._kind_of[which]),))),
+            Attr("unit", "string", Text((Vocab([k[1] for k in self.KINDS], self._kind_of[which]),))),
+            Attr("value", "double", np.round(values, 2)),
+        )
+        ids = Vocab([sid for _, _, sid in self.sensors], which)
+        k = self._count + np.arange(n)
         self._count += n
-        return out
+        return EventColumns(Text((ids, "-", k)), Text((ids,)), times, 5000, attrs)
 
     def describe(self) -> dict[str, Any]:
         return {"workload": self.name, **self.params, "subscriptions": len(self._subs)}

@@ -829,3 +829,61 @@ def out_of_order_deliveries(
             wm = draw(st.integers(wm, ceiling))
         out.append((list(order[lo:hi]), wm))
     return out
+
+
+# --- event columns (producers.columns) ------------------------------------------------------------
+
+from producers.columns import Attr, EventColumns, Text, Vocab  # noqa: E402
+
+_WORDS = st.text(min_size=0, max_size=6)  # any Unicode, quotes, control characters, empty
+
+
+@st.composite
+def texts(draw: st.DrawFn, n: int) -> Text:
+    """A string column of ``n`` rows from constants, vocabularies and integers."""
+    parts: list[str | Vocab | np.ndarray[Any, Any]] = []
+    for kind in draw(st.lists(st.sampled_from(("const", "vocab", "int")), min_size=1, max_size=4)):
+        if kind == "const":
+            parts.append(draw(_WORDS))
+        elif kind == "vocab":
+            words = draw(st.lists(_WORDS, min_size=1, max_size=5))
+            parts.append(
+                Vocab(
+                    tuple(words),
+                    np.array(draw(st.lists(st.integers(0, len(words) - 1), min_size=n, max_size=n)), dtype=np.int64),
+                )
+            )
+        else:
+            parts.append(np.array(draw(st.lists(st.integers(0, 10**12), min_size=n, max_size=n)), dtype=np.int64))
+    return Text(tuple(parts))
+
+
+@st.composite
+def event_columns(draw: st.DrawFn, max_rows: int = 20) -> EventColumns:
+    """Batches of events as columns: every kind of value, names fixed or varying by row, attributes
+    present in some rows only (names may repeat across attributes only where rows never hold both)."""
+    n = draw(st.integers(1, max_rows))
+
+    def ints(lo: int, hi: int) -> np.ndarray[Any, Any]:
+        return np.array(draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)), dtype=np.int64)
+
+    attrs = []
+    for j, kind in enumerate(draw(st.lists(st.sampled_from(("long", "double", "string", "boolean")), max_size=6))):
+        values: np.ndarray[Any, Any] | Text
+        if kind == "long":
+            values = ints(-(2**63), 2**63 - 1)
+        elif kind == "double":
+            floats = st.floats(allow_nan=False, allow_infinity=False)
+            values = np.array(draw(st.lists(floats, min_size=n, max_size=n)), dtype=np.float64)
+        elif kind == "string":
+            values = draw(texts(n))
+        else:
+            values = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+        # names are unique per attribute (a row never holds a name twice)
+        name: str | Text = (
+            Text((Vocab((f"v{j}a", f"v{j}b"), ints(0, 1)),)) if draw(st.booleans()) else f"n{j}_{draw(_WORDS)}"
+        )
+        present = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n))) if draw(st.booleans()) else None
+        attrs.append(Attr(name, kind, values, present))
+    lifetime = draw(st.integers(0, 10**9)) if draw(st.booleans()) else ints(0, 10**9)
+    return EventColumns(draw(texts(n)), draw(texts(n)), ints(-(2**62), 2**62), lifetime, tuple(attrs))
