@@ -92,14 +92,14 @@ def _violated(rule: Rule, rec: Column) -> Column:
         top, bottom = F.array_max(doubles), F.array_min(doubles)
         bad = present & (F.isnan(top) | (top == F.lit(float("inf"))) | (bottom == F.lit(float("-inf"))))
     elif rule.kind == "map_keys_match":
-        # one regex over the keys joined by a separator; the separator count must equal the key
-        # count minus one, so a key that itself contains the separator cannot pass as two keys
+        # one regex over the keys joined by a separator; and no key may contain the separator, so
+        # that a key holding it cannot pass as two keys (a substring test: counting separators
+        # with replace() and two length() scans cost ~7% of the validation job)
         sep = "\u0001"
         keys = F.concat(*(F.map_keys(col[p]) for p in rule.parts)) if rule.parts else F.map_keys(col)
         joined = F.array_join(keys, sep)
-        seps = F.length(joined) - F.length(F.replace(joined, F.lit(sep), F.lit("")))
         pattern = f"\\A(?:{rule.pattern})(?:{sep}(?:{rule.pattern}))*\\z"
-        bad = present & (F.size(keys) > 0) & (~joined.rlike(pattern) | (seps != F.size(keys) - 1))
+        bad = present & (F.size(keys) > 0) & (~joined.rlike(pattern) | F.array_join(keys, "").contains(sep))
     elif rule.kind == "distinct_keys":
         keys = [F.map_keys(col[p]) for p in rule.parts]
         bad = present & (

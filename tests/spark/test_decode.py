@@ -35,6 +35,10 @@ def _hand_made_inputs() -> list[tuple[str, bytes | None]]:
     for i, kind in enumerate(sorted(FAULTS) * 2):
         out.append(("siftstream.events.v1", corrupt(kind, rng, events[20 + i % 20])[0]))
     out.append(("siftstream.events.v1", None))  # a tombstone on a non-table topic is bad
+    # names that join into a valid-looking list: the JVM joins keys with \x01 before its regex
+    for extra in ({"a\x01b": 1}, {"a": 1, "b\x01": 2.0}):
+        bad_names = {**events[0], "attributes": {**events[0]["attributes"], **extra}}
+        out.append(("siftstream.events.v1", codec_for("Event").encode(bad_names)))
     sub = codec_for("Subscription")
     out += [
         (
