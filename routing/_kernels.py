@@ -16,6 +16,11 @@ The layout they work on (all arrays owned by ``MatchIndex``; "fid" is a distinct
 - predicates ``p_code/p_ab[pstart : pstart + pcount]`` (see ``verify``); list literals in ``lit``.
 - subscriptions of a fid: ``members[mstart : mstart + mcount]`` (room for ``mcap``).
 
+A batch of changes (``MatchIndex.apply``) runs ``same_records`` (is the fid found by a filter's
+hash really that filter?), ``new_records_size`` and ``store_fids`` (the new fids' predicates),
+then ``unlist_members`` and ``list_members`` (the subscriptions of each fid); ``set_fid_bits``
+and ``clear_fid_bits`` do the bit work at the next flush.
+
 Events arrive as three ``(n, n_attr)`` matrices: ``ev_kind`` (``K_*`` codes), ``ev_val`` (the
 number, 0/1 for booleans, the interned code for strings, -1 for a string no literal has) and
 ``ev_delta`` (the sign of ``x - float(x)`` for integers a double cannot hold, else 0).
@@ -485,3 +490,154 @@ def clear_fid_bits(fids, rows, n_rows):  # type: ignore[no-untyped-def]
         mask = ~(np.uint64(1) << np.uint64(f & 63))
         for r in range(n_rows):
             rows[r, word] &= mask
+
+
+@njit(cache=True)
+def unlist_members(slots, sub_fid, sub_pos, members, meta, emptied):  # type: ignore[no-untyped-def]
+    """Take each slot out of its fid's member list (the fid's last member fills the hole).
+
+    Returns how many fids were left with no member; they are ``emptied[:n]``.
+    """
+    n = 0
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        f = sub_fid[s]
+        pos = sub_pos[s]
+        last = meta[f, M_MSTART] + meta[f, M_MCOUNT] - 1
+        moved = members[last]
+        members[pos] = moved
+        sub_pos[moved] = pos
+        meta[f, M_MCOUNT] -= 1
+        if meta[f, M_MCOUNT] == 0:
+            emptied[n] = f
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def list_members(slots, fids, first, sub_fid, sub_pos, members, meta, used):  # type: ignore[no-untyped-def]
+    """Append ``slots[i]`` to the member list of ``fids[i]``, from ``i = first`` on.
+
+    A full list moves to ``members[used:]`` with twice the room (one, when it had none). Returns
+    ``(i, used, garbage)``: where it stopped (``len(slots)`` when done; earlier when ``members``
+    has no room for a move), the pool's new end, and the room the moved lists left behind.
+    """
+    garbage = 0
+    for i in range(first, slots.shape[0]):
+        s = slots[i]
+        f = fids[i]
+        start = meta[f, M_MSTART]
+        count = meta[f, M_MCOUNT]
+        cap = meta[f, M_MCAP]
+        if count == cap:
+            new_cap = max(1, 2 * cap)
+            if used + new_cap > members.shape[0]:
+                return i, used, garbage
+            for j in range(count):
+                moved = members[start + j]
+                members[used + j] = moved
+                sub_pos[moved] = used + j
+            garbage += cap
+            start = used
+            meta[f, M_MSTART] = used
+            meta[f, M_MCAP] = new_cap
+            used += new_cap
+        members[start + count] = s
+        sub_fid[s] = f
+        sub_pos[s] = start + count
+        meta[f, M_MCOUNT] = count + 1
+    return slots.shape[0], used, garbage
+
+
+@njit(cache=True)
+def same_records(cand, offs, r_code, r_x, r_y, r_lits, meta, p_code, p_ab, lit, same):  # type: ignore[no-untyped-def]
+    """Whether each candidate fid ``cand[g]`` (-1: none) holds exactly the records of group ``g``.
+
+    Group ``g``'s records are ``offs[g] .. offs[g + 1] - 1`` of ``r_code``, ``r_x``, ``r_y``: as
+    ``p_code`` and ``p_ab`` (a list's literals are ``r_lits[r_x : r_x + r_y]``).
+    """
+    for g in range(cand.shape[0]):
+        f = cand[g]
+        same[g] = False
+        if f < 0:
+            continue
+        r0 = offs[g]
+        m = offs[g + 1] - r0
+        if meta[f, M_PCOUNT] != m:
+            continue
+        p0 = meta[f, M_PSTART]
+        ok = True
+        for j in range(m):
+            r = r0 + j
+            p = p0 + j
+            code = r_code[r]
+            if p_code[p] != code:
+                ok = False
+            elif (code & 15) == O_IN or (code & 15) == O_NOT_IN:
+                c = np.int64(r_y[r])
+                if np.int64(p_ab[p, 1]) != c:
+                    ok = False
+                else:
+                    a = np.int64(p_ab[p, 0])
+                    b = np.int64(r_x[r])
+                    for t in range(c):
+                        if lit[a + t] != r_lits[b + t]:
+                            ok = False
+                            break
+            elif p_ab[p, 0] != r_x[r] or p_ab[p, 1] != r_y[r]:
+                ok = False
+            if not ok:
+                break
+        same[g] = ok
+
+
+@njit(cache=True)
+def new_records_size(same, offs, r_code, r_y):  # type: ignore[no-untyped-def]
+    """``(records, list literals)`` that storing the groups that are not ``same`` takes."""
+    m = 0
+    nl = 0
+    for g in range(same.shape[0]):
+        if same[g]:
+            continue
+        for r in range(offs[g], offs[g + 1]):
+            op = r_code[r] & 15
+            if op == O_IN or op == O_NOT_IN:
+                nl += int(r_y[r])
+            m += 1
+    return m, nl
+
+
+@njit(cache=True)
+def store_fids(same, fids, flags, offs, r_code, r_x, r_y, r_lits, p_used, lit_used, p_code, p_ab, lit, meta):  # type: ignore[no-untyped-def]
+    """Store the records of each group that is not ``same`` (as in ``same_records``), the i-th of
+    them as the predicates of the new fid ``fids[i]`` with flags ``flags[i]`` and no members, from
+    ``p_used`` and ``lit_used`` on (``new_records_size`` says how much room that takes)."""
+    p = p_used
+    q = lit_used
+    i = 0
+    for g in range(same.shape[0]):
+        if same[g]:
+            continue
+        f = fids[i]
+        meta[f, M_FLAGS] = flags[i]
+        meta[f, M_PSTART] = p
+        meta[f, M_PCOUNT] = offs[g + 1] - offs[g]
+        meta[f, M_MSTART] = 0
+        meta[f, M_MCOUNT] = 0
+        meta[f, M_MCAP] = 0
+        i += 1
+        for r in range(offs[g], offs[g + 1]):
+            code = r_code[r]
+            p_code[p] = code
+            if (code & 15) == O_IN or (code & 15) == O_NOT_IN:
+                c = np.int64(r_y[r])
+                b = np.int64(r_x[r])
+                for t in range(c):
+                    lit[q + t] = r_lits[b + t]
+                p_ab[p, 0] = q
+                p_ab[p, 1] = c
+                q += c
+            else:
+                p_ab[p, 0] = r_x[r]
+                p_ab[p, 1] = r_y[r]
+            p += 1

@@ -8,9 +8,10 @@ Two indexes share one interface (CONVENTIONS.md, "an index has add, remove and a
 - ``BruteForceIndex``, the oracle: ``Filter.matches`` on every subscription for every event.
 
 Both take ``add(subscription_id, filter)`` (a ``Filter`` or its text; adding an existing id
-replaces it), ``remove(subscription_id)`` and ``match(events)``, where ``events`` is an
-``EventBatch`` or a sequence of attribute mappings; ``match`` returns a ``Matches``: per event,
-the ids of the subscriptions active at that point that the event satisfies.
+replaces it), ``remove(subscription_id)``, ``apply(changes)`` (a batch of ``(id, filter)`` and
+``(id, None)`` changes, as in ``routing.subscriptions``) and ``match(events)``, where ``events``
+is an ``EventBatch`` or a sequence of attribute mappings; ``match`` returns a ``Matches``: per
+event, the ids of the subscriptions active at that point that the event satisfies.
 
 Examples
 --------
@@ -29,15 +30,18 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, chain, compress, count, repeat
+from operator import attrgetter, eq, is_, is_not, itemgetter, not_
 from typing import Any, Final, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from routing import _kernels as K
-from routing.filters import Filter, Kind, Op, parse_filter
+from routing.filters import Filter, Kind, Op, Predicate, parse_filter
 
 __all__ = ["BruteForceIndex", "EventBatch", "MatchIndex", "Matches"]
 
@@ -242,6 +246,16 @@ class BruteForceIndex:
         """Remove a subscription; raises ``KeyError`` for an unknown id."""
         del self._filters[subscription_id]
 
+    def apply(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
+        """Apply changes in order: ``(id, filter)`` adds or replaces, ``(id, None)`` removes (an
+        unknown id: nothing to remove). Raises ``FilterError`` (nothing changes) on bad text."""
+        parsed = [(sid, None if filt is None else _as_filter(filt)) for sid, filt in changes]
+        for sid, f in parsed:
+            if f is None:
+                self._filters.pop(sid, None)
+            else:
+                self._filters[sid] = f
+
     def __len__(self) -> int:
         return len(self._filters)
 
@@ -270,8 +284,21 @@ _OPS: Final = {
 _DOUBLE_INTS: Final = 2**53  # integers up to this magnitude are exact doubles
 _NUMBER: Final = Kind.NUMBER
 
-# a compiled predicate: (attribute index, P_* kind, O_* operator, a, b, list literals)
-_Record: TypeAlias = tuple[int, int, int, float, float, tuple[float, ...]]
+# a compiled predicate: (attribute index << 8 | P_* kind << 4 | O_* operator, a, b, list literals)
+_Record: TypeAlias = tuple[int, float, float, tuple[float, ...]]
+# a compiled filter: its records sorted, the filter itself when Python must check it, the dedup key
+_Compiled: TypeAlias = tuple[tuple[_Record, ...], Filter | None, int]
+# compiled filters as three lists: the records, the filters that Python must check, the keys
+_CompiledMany: TypeAlias = tuple[list[tuple[_Record, ...]], list[Filter | None], list[int]]
+# a predicate's cache entry: its record, whether Python must check it, and the literals' kind
+_Cached: TypeAlias = tuple[_Record, bool, Kind | None]
+_PREDICATES: Final = attrgetter("predicates")
+_ATTRIBUTE: Final = attrgetter("attribute")
+_OP_NAME: Final = attrgetter("op._name_")
+_VALUES: Final = attrgetter("values")
+_KIND: Final = attrgetter("_kind")
+_FIRST, _SECOND, _THIRD, _FOURTH = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+_MEMO_SIZE: Final = 1 << 14  # entries of each compile cache (emptied when full)
 
 
 def _grow(arr: npt.NDArray[Any], size: int, fill: Any = 0) -> npt.NDArray[Any]:
@@ -281,6 +308,16 @@ def _grow(arr: npt.NDArray[Any], size: int, fill: Any = 0) -> npt.NDArray[Any]:
     new = np.full((max(size, arr.shape[0] + arr.shape[0] // 2), *arr.shape[1:]), fill, dtype=arr.dtype)
     new[: arr.shape[0]] = arr
     return new
+
+
+def _by_op_memo() -> defaultdict[str, dict[tuple[object, ...], _Cached]]:
+    """One attribute's part of the predicate cache: by operator name, then literals."""
+    return defaultdict(dict)
+
+
+def _consume(side_effects: Iterator[object]) -> None:
+    """Run an iterator to its end in C, for the side effects of its steps (itertools' recipe)."""
+    deque(side_effects, maxlen=0)
 
 
 def _exact_double(x: object) -> bool:
@@ -317,10 +354,13 @@ class MatchIndex:
     checked by ``Filter.matches`` on the candidates that reach them. Matching walks the fids in
     blocks that stay in cache while the whole batch of events streams by.
 
-    A change never rebuilds the index: ``add`` compiles one filter (new literals become cuts or
-    string rows by copying the row of the bucket they split, which keeps every other fid's bits
-    correct), ``remove`` unlists a subscription, and the bit work of both is batched into the
-    next ``match``.
+    Changes never rebuild the index, and they are applied in batches: ``apply(changes)``
+    applies a batch, together with the changes that ``add`` and ``remove`` queued (``flush`` and
+    ``match`` apply the queue too). Python compiles each filter (each distinct predicate and each
+    distinct text once: both are cached; new literals become cuts or string rows by copying the
+    row of the bucket they split, which keeps every other fid's bits correct); compiled kernels
+    find the fids of identical filters (by hash, then record by record) and list and unlist the
+    subscriptions; the bit work of new and dropped fids waits for the next ``match`` or ``flush``.
 
     Parameters
     ----------
@@ -363,6 +403,13 @@ class MatchIndex:
         self._f_key = np.zeros(64, dtype=np.int64)
         self._f_keyed = np.zeros(64, dtype=bool)
         self._slow: dict[int, Filter] = {}
+        # compile caches: a predicate's record by attribute, operator name and literals, with
+        # the count of its entries; a filter text's compiled form
+        self._pred_memo: defaultdict[str, defaultdict[str, dict[tuple[object, ...], _Cached]]] = defaultdict(
+            _by_op_memo
+        )
+        self._memo_size = 0
+        self._text_memo: dict[str, _Compiled] = {}
         self._members = np.zeros(64, dtype=np.int32)
         self._m_used = 0
         self._m_garbage = 0
@@ -388,6 +435,11 @@ class MatchIndex:
         self._rows = np.zeros((16, 1), dtype=np.uint64)
         self._n_rows = 0
         self._alive = np.zeros(1, dtype=np.uint64)
+        # changes queued until the next apply, flush or match (the last of each id), with the texts
+        # among them that the text cache lacks, parsed; the subscriptions with the queue applied
+        self._queue: dict[str, Filter | str | None] = {}
+        self._queue_parsed: dict[str, Filter] = {}
+        self._n_subs = 0
         # bit work batched until the next match
         self._pending_set: list[int] = []
         self._pending_clear: list[int] = []
@@ -400,62 +452,136 @@ class MatchIndex:
     def add(self, subscription_id: str, filt: Filter | str) -> None:
         """Add a subscription, or replace the one with this id.
 
-        Raises ``FilterError`` (nothing changes) when ``filt`` is text that does not parse.
+        The change joins the queue that the next ``apply``, ``flush`` or ``match`` applies in one
+        batch. Raises ``FilterError`` (nothing changes) when ``filt`` is text that does not parse.
         """
-        f = _as_filter(filt)
-        records, slow = self._compile(f)
-        self._version += 1
-        if subscription_id in self._slot_of:
-            self.remove(subscription_id)
-        fid = self._fid_for(records, f if slow else None)
-        if self._free_slots:
-            s = self._free_slots.pop()
-            self._names[s] = subscription_id
-        else:
-            s = len(self._names)
-            self._names.append(subscription_id)
-            if s >= len(self._sub_fid):
-                self._sub_fid = _grow(self._sub_fid, s + 1)
-                self._sub_pos = _grow(self._sub_pos, s + 1)
-        self._slot_of[subscription_id] = s
-        meta = self._meta
-        start, count, cap = meta[fid, K.M_MSTART :].tolist()
-        if count == cap:  # move the members to the end with twice the room
-            new_start = self._reserve(2 * cap)
-            start = int(meta[fid, K.M_MSTART])  # the reserve may have compacted the pool
-            self._members[new_start : new_start + count] = self._members[start : start + count]
-            self._sub_pos[self._members[new_start : new_start + count]] += new_start - start
-            self._m_garbage += cap
-            start = new_start
-            meta[fid, K.M_MSTART], meta[fid, K.M_MCAP] = start, 2 * cap
-        self._members[start + count] = s
-        self._sub_fid[s], self._sub_pos[s] = fid, start + count
-        meta[fid, K.M_MCOUNT] = count + 1
+        self._enqueue(((subscription_id, filt),))
 
     def remove(self, subscription_id: str) -> None:
-        """Remove a subscription; ``KeyError`` when no subscription has this id."""
-        s = self._slot_of.pop(subscription_id)
-        self._version += 1
-        fid, pos = int(self._sub_fid[s]), int(self._sub_pos[s])
-        meta = self._meta
-        last = int(meta[fid, K.M_MSTART] + meta[fid, K.M_MCOUNT] - 1)
-        moved = int(self._members[last])
-        self._members[pos] = moved
-        self._sub_pos[moved] = pos
-        meta[fid, K.M_MCOUNT] -= 1
-        self._names[s] = None
-        self._free_slots.append(s)
-        if meta[fid, K.M_MCOUNT] == 0:
-            self._drop_fid(fid)
+        """Remove a subscription (queued like ``add``); ``KeyError`` when no subscription has this id."""
+        if subscription_id not in self:
+            raise KeyError(subscription_id)
+        self._enqueue(((subscription_id, None),))
 
-    def _reserve(self, size: int) -> int:
-        """Room for ``size`` members at the end of the pool (squeezing out garbage when large)."""
+    def apply(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
+        """Apply subscription changes in order, with any queued by ``add`` and ``remove``, as one batch.
+
+        ``(id, filter)`` adds a subscription or replaces the one with this id; ``(id, None)``
+        removes it (an unknown id: nothing to remove). The index ends as if the changes had been
+        applied one by one: only the last change of each id matters. Filters are compiled in
+        Python (each distinct predicate and each distinct text once: both are cached); finding
+        the distinct filters they share, and the bookkeeping of subscriptions, is done for the
+        whole batch at once, by compiled kernels; the bit work waits for the next ``match`` or
+        ``flush``.
+
+        Raises ``FilterError`` (nothing changes) when some filter is text that does not parse.
+
+        Examples
+        --------
+        >>> index = MatchIndex()
+        >>> index.apply([("a", "x > 1"), ("b", "x > 1"), ("c", "y = 'q'"), ("a", None), ("z", None)])
+        >>> index.match([{"x": 2, "y": "q"}]).all_ids(), index.stats()["distinct_filters"]
+        ([['b', 'c']], 2)
+        """
+        staged = self._parse(changes)
+        self._queue.update(staged)
+        self._version += 1
+        self._apply_queue()
+
+    def _parse(self, changes: Iterable[tuple[str, Filter | str | None]]) -> list[tuple[str, Filter | str | None]]:
+        """The changes as a list, once every text among them parses (``FilterError`` if not); texts
+        that the text cache lacks are kept parsed for the queue."""
+        staged = list(changes)
+        if any(map(isinstance, map(_SECOND, staged), repeat(str))):
+            texts, parsed = self._text_memo, self._queue_parsed
+            new: dict[str, Filter] = {}
+            for _, filt in staged:
+                if isinstance(filt, str) and filt not in texts and filt not in parsed and filt not in new:
+                    new[filt] = parse_filter(filt)
+            parsed.update(new)
+        return staged
+
+    def _enqueue(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
+        """Queue changes (the last of each id wins), counting the subscriptions they leave."""
+        staged = self._parse(changes)
+        queue, slot_of = self._queue, self._slot_of
+        live = self._n_subs
+        for sid, filt in staged:
+            queued = queue.get(sid, _MISSING)
+            live -= (sid in slot_of) if queued is _MISSING else (queued is not None)
+            live += filt is not None
+            queue[sid] = filt
+        self._n_subs = live
+        self._version += 1
+
+    def _apply_queue(self) -> None:
+        """Apply the queued changes: the subscriptions' bookkeeping now, the bit work at the next flush."""
+        if not self._queue:
+            return
+        final, self._queue = self._queue, {}
+        parsed, self._queue_parsed = self._queue_parsed, {}
+        slot_of = self._slot_of
+        ids, filters = list(final), list(final.values())
+        olds = list(map(slot_of.get, ids))  # each id's slot now (None: not there)
+        stays = list(map(is_not, filters, repeat(None)))
+        removed = [s for s, stay in zip(olds, stays, strict=True) if not stay and s is not None]
+        if removed:
+            _consume(map(slot_of.pop, compress(ids, map(not_, stays)), repeat(None)))
+        add_ids = list(compress(ids, stays))
+        if add_ids:
+            fids = self._fids_of(cast(list[Filter | str], list(compress(filters, stays))), parsed)
+            add_old = list(compress(olds, stays))
+            if any(map(is_not, add_old, repeat(None))):
+                old = np.asarray([-1 if s is None else s for s in add_old], dtype=np.int64)
+                had = old >= 0
+                same = had & (self._sub_fid[np.maximum(old, 0)] == fids)  # replaced by an identical filter
+                removed.extend(old[had & ~same].tolist())
+                if same.any():
+                    add_ids = list(compress(add_ids, (~same).tolist()))
+                    fids = fids[~same]
+        emptied = None
+        if removed:
+            slots = np.asarray(removed, dtype=np.int64)
+            emptied = np.empty(len(removed), dtype=np.int64)
+            n = K.unlist_members(slots, self._sub_fid, self._sub_pos, self._members, self._meta, emptied)
+            emptied = emptied[:n]
+            _consume(map(self._names.__setitem__, removed, repeat(None)))
+            self._free_slots.extend(removed)
+        if add_ids:
+            slots = self._assign_slots(add_ids)
+            done = 0
+            while done < len(slots):
+                done, self._m_used, garbage = K.list_members(
+                    slots, fids, done, self._sub_fid, self._sub_pos, self._members, self._meta, self._m_used
+                )
+                self._m_garbage += garbage
+                if done < len(slots):  # a member list must move and the pool is full
+                    self._make_room(2 * int(self._meta[fids[done], K.M_MCAP]) + 1)
+        if emptied is not None and len(emptied):
+            self._drop_fids(emptied[self._meta[emptied, K.M_MCOUNT] == 0])
+        self._n_subs = len(slot_of)
+
+    def _assign_slots(self, ids: list[str]) -> npt.NDArray[np.int64]:
+        """Slots for new subscriptions (free ones first), named and mapped from their ids."""
+        free, names = self._free_slots, self._names
+        k = min(len(free), len(ids))
+        reused = free[len(free) - k :][::-1]  # the order single pops would take them in
+        del free[len(free) - k :]
+        _consume(map(names.__setitem__, reused, ids))
+        n = len(names)
+        names.extend(ids[k:])
+        slots = reused + list(range(n, len(names)))
+        self._slot_of.update(zip(ids, slots, strict=True))
+        if len(names) > len(self._sub_fid):
+            self._sub_fid = _grow(self._sub_fid, len(names))
+            self._sub_pos = _grow(self._sub_pos, len(names))
+        return np.asarray(slots, dtype=np.int64)
+
+    def _make_room(self, size: int) -> None:
+        """Room for ``size`` more members at the end of the pool (squeezing out garbage when large)."""
         if self._m_used + size > len(self._members) and self._m_garbage > self._m_used // 2:
             self._compact_members()
-        start = self._m_used
-        self._members = _grow(self._members, start + size)
-        self._m_used = start + size
-        return start
+        self._members = _grow(self._members, self._m_used + size)
 
     def _compact_members(self) -> None:
         live = np.flatnonzero(self._meta[: self._n_fids, K.M_MCAP] > 0)
@@ -473,10 +599,11 @@ class MatchIndex:
         self._m_used, self._m_garbage = total, 0
 
     def __len__(self) -> int:
-        return len(self._slot_of)
+        return self._n_subs
 
     def __contains__(self, subscription_id: object) -> bool:
-        return subscription_id in self._slot_of
+        queued = self._queue.get(subscription_id, _MISSING)  # type: ignore[call-overload]
+        return subscription_id in self._slot_of if queued is _MISSING else queued is not None
 
     # -- compiling a filter -----------------------------------------------------------------
 
@@ -541,86 +668,220 @@ class MatchIndex:
             self._str_count[a] = len(codes)
         return c
 
-    def _compile(self, f: Filter) -> tuple[list[_Record], bool]:
-        """The predicate records of ``f`` sorted by attribute, and whether Python must check it."""
-        records: list[_Record] = []
-        slow = False
-        max_cuts = self._max_cuts
-        cut_sets = self._cut_sets
-        for p in f.predicates:
-            a = self._attr_of.get(p.attribute)
-            if a is None:
-                a = self._attr(p.attribute)
-            op, values, kind = p.op, p.values, p._kind
-            name = op._name_
-            if op is Op.EXISTS:
-                records.append((a, K.P_EXISTS, K.O_NONE, 0.0, 0.0, ()))
-            elif kind is _NUMBER:
-                if len(values) == 1 and op is not Op.IN and op is not Op.NOT_IN:
-                    x = values[0]
-                    if not _exact_double(x):
-                        records.append((a, K.P_SLOW_NUMBER, K.O_NONE, 0.0, 0.0, ()))
-                        slow = True
-                        continue
-                    v = float(x)
-                    if v not in cut_sets[a] and len(cut_sets[a]) < max_cuts:
-                        self._cut(a, v)
-                    records.append((a, K.P_NUMBER, _OPS[name], v, v, ()))
-                    continue
-                if not all(map(_exact_double, values)):
-                    records.append((a, K.P_SLOW_NUMBER, K.O_NONE, 0.0, 0.0, ()))
-                    slow = True
-                    continue
-                nums = [float(v) for v in values]
-                cuts = cut_sets[a]
-                for x in nums:
-                    if x not in cuts and len(cuts) < max_cuts:
-                        self._cut(a, x)
-                if op is Op.IN or op is Op.NOT_IN:
-                    records.append((a, K.P_NUMBER, _OPS[name], 0.0, 0.0, tuple(sorted(set(nums)))))
-                else:
-                    records.append((a, K.P_NUMBER, _OPS[name], nums[0], nums[-1], ()))
-            elif kind is Kind.BOOLEAN:
-                records.append((a, K.P_BOOL, _OPS[name], 1.0 if values[0] else 0.0, 0.0, ()))
-            elif op is Op.EQ or op is Op.NE or op is Op.IN or op is Op.NOT_IN:
-                codes = [float(self._code(a, cast(str, v))) for v in values]
-                if op is Op.IN or op is Op.NOT_IN:
-                    records.append((a, K.P_STRING, _OPS[name], 0.0, 0.0, tuple(sorted(set(codes)))))
-                else:
-                    records.append((a, K.P_STRING, _OPS[name], codes[0], 0.0, ()))
-            else:
-                records.append((a, K.P_SLOW_STRING, K.O_NONE, 0.0, 0.0, ()))
-                slow = True
-        records.sort()
-        return records, slow
+    def _fids_of(self, filters: list[Filter | str], parsed: dict[str, Filter]) -> npt.NDArray[np.int64]:
+        """The fid of each filter (texts that the text cache lacks are in ``parsed``)."""
+        if all(map(isinstance, filters, repeat(Filter))):
+            recs, slows, keys = self._compile_many(cast(list[Filter], filters))
+        else:
+            recs, slows, keys = self._compile_texts(filters, parsed)
+        # identical filters of the batch form one group, led by the first: found by key, then
+        # compared (by identity first: the compile cache shares records)
+        lead_of: dict[int, int] = {}
+        lead = list(map(lead_of.setdefault, keys, count()))
+        if not (all(map(eq, recs, map(recs.__getitem__, lead))) and all(map(eq, slows, map(slows.__getitem__, lead)))):
+            for i, j in enumerate(lead):  # a hash collision: a group of its own, not found by key
+                if j != i and (recs[i] != recs[j] or slows[i] != slows[j]):
+                    lead[i] = i
+        leads = sorted(set(lead))
+        fid_at = np.empty(len(recs), dtype=np.int64)
+        fid_at[leads] = self._fids_for([recs[i] for i in leads], [slows[i] for i in leads], [keys[i] for i in leads])
+        return fid_at[np.asarray(lead, dtype=np.int64)]
 
-    def _fid_for(self, records: list[_Record], slow: Filter | None) -> int:
-        """The fid of these records: an existing identical one, or a new one."""
-        key = hash((tuple(records), slow))
-        fid = self._fid_of_key.get(key)
-        if fid is not None and self._records_of(fid) == records and (slow is None or self._slow.get(fid) == slow):
-            return fid
-        keyed = fid is None  # on a hash collision the new fid simply is not shared
-        fid = self._free_fids.pop() if self._free_fids else self._next_fid()
-        start = self._store(records)
-        mstart = self._reserve(1)
-        self._meta[fid] = (K.SLOW if slow is not None else 0, start, len(records), mstart, 0, 1)
-        self._f_key[fid] = key
-        self._f_keyed[fid] = keyed
-        if keyed:
-            self._fid_of_key[key] = fid
-        if slow is not None:
-            self._slow[fid] = slow
-        self._pending_set.append(fid)
-        return fid
+    def _compile_texts(self, filters: list[Filter | str], parsed: dict[str, Filter]) -> _CompiledMany:
+        """``_compile_many`` of filters among which are texts (cached by text)."""
+        texts = self._text_memo
+        compiled: list[_Compiled] = []
+        to_compile: list[Filter] = []
+        where: list[int] = []
+        new_texts: list[tuple[int, str]] = []
+        none: _Compiled = ((), None, 0)
+        for filt in filters:
+            if isinstance(filt, str):
+                known = texts.get(filt)
+                if known is not None:
+                    compiled.append(known)
+                    continue
+                new_texts.append((len(compiled), filt))
+                filt = parsed[filt]  # parsed when queued, since the cache lacked it then
+            where.append(len(compiled))
+            to_compile.append(filt)
+            compiled.append(none)
+        for i, c in zip(where, zip(*self._compile_many(to_compile), strict=True), strict=True):
+            compiled[i] = c
+        for i, text in new_texts:
+            if len(texts) >= _MEMO_SIZE:
+                texts.clear()
+            texts[text] = compiled[i]
+        return list(map(_FIRST, compiled)), list(map(_SECOND, compiled)), list(map(_THIRD, compiled))
 
-    def _next_fid(self) -> int:
-        fid = self._n_fids
-        self._n_fids += 1
-        if fid >= len(self._meta):
-            self._meta = _grow(self._meta, fid + 1)
-            self._f_key = _grow(self._f_key, fid + 1)
-            self._f_keyed = _grow(self._f_keyed, fid + 1)
+    def _compile_many(self, filters: Sequence[Filter]) -> _CompiledMany:
+        """Each filter's predicate records sorted by attribute, the filter itself when Python must
+        check it (else None), and the dedup key (the hash of the records, and of the filter when
+        Python checks it).
+
+        A predicate's record is cached by its attribute, operator and literals (with the kind,
+        which tells apart equal literals such as ``1`` and ``true``). The work runs over the whole
+        batch at once, in C loops (``map``) that allocate little: a cache hit costs three lookups.
+        """
+        if self._memo_size >= _MEMO_SIZE:  # full: emptied before the next batch (it stops filling up)
+            self._pred_memo.clear()
+            self._memo_size = 0
+        preds = list(chain.from_iterable(map(_PREDICATES, filters)))
+        kinds = list(map(_KIND, preds))
+        by_attribute = map(self._pred_memo.__getitem__, map(_ATTRIBUTE, preds))
+        by_op = list(map(dict.__getitem__, by_attribute, map(_OP_NAME, preds)))  # defaultdicts: missing ones made
+        hits = list(map(dict.get, by_op, map(_VALUES, preds)))
+        if None in hits or not all(map(is_, map(_THIRD, cast(list[_Cached], hits)), kinds)):
+            room = _MEMO_SIZE - self._memo_size
+            for i in [i for i, hit in enumerate(hits) if hit is None or hit[2] is not kinds[i]]:
+                p = preds[i]
+                hit = by_op[i].get(p.values)  # cached by an earlier predicate of this batch?
+                if hit is None or hit[2] is not kinds[i]:
+                    hit = self._compile_predicate(p)
+                    if room > 0:
+                        by_op[i][p.values] = hit
+                        room -= 1
+                hits[i] = hit
+            self._memo_size = _MEMO_SIZE - room
+        cached = cast(list[_Cached], hits)
+        records = list(map(_FIRST, cached))
+        ends = list(accumulate(map(len, map(_PREDICATES, filters))))
+        starts = [0, *ends][:-1]
+        recs = list(map(tuple, map(sorted, map(records.__getitem__, map(slice, starts, ends)))))
+        if True not in map(_SECOND, cached):
+            return recs, [None] * len(recs), list(map(hash, recs))
+        slow_at = list(map(_SECOND, cached))
+        slows = [f if True in slow_at[i:j] else None for f, i, j in zip(filters, starts, ends, strict=True)]
+        return recs, slows, [hash(r) if f is None else hash((r, f)) for r, f in zip(recs, slows, strict=True)]
+
+    def _compile_predicate(self, p: Predicate) -> _Cached:
+        """The record of one predicate, whether Python must check it, and the kind of its literals.
+
+        New literals become cuts or string rows here, once: the record depends only on the
+        predicate (attribute indexes and string codes never change), so it is cached.
+        """
+        a = self._attr_of.get(p.attribute)
+        if a is None:
+            a = self._attr(p.attribute)
+        op, values, kind = p.op, p.values, p._kind
+        lists = op is Op.IN or op is Op.NOT_IN
+        if op is Op.EXISTS:
+            return (a << 8 | K.P_EXISTS << 4 | K.O_NONE, 0.0, 0.0, ()), False, kind
+        if kind is _NUMBER:
+            if not all(map(_exact_double, values)):
+                return (a << 8 | K.P_SLOW_NUMBER << 4 | K.O_NONE, 0.0, 0.0, ()), True, kind
+            nums = [float(v) for v in values]
+            cuts = self._cut_sets[a]
+            for x in nums:
+                if x not in cuts and len(cuts) < self._max_cuts:
+                    self._cut(a, x)
+            code = a << 8 | K.P_NUMBER << 4 | _OPS[op._name_]
+            if lists:
+                return (code, 0.0, 0.0, tuple(sorted(set(nums)))), False, kind
+            return (code, nums[0], nums[-1], ()), False, kind
+        if kind is Kind.BOOLEAN:
+            return (a << 8 | K.P_BOOL << 4 | _OPS[op._name_], 1.0 if values[0] else 0.0, 0.0, ()), False, kind
+        if op is Op.EQ or op is Op.NE or lists:
+            codes = [float(self._code(a, cast(str, v))) for v in values]
+            code = a << 8 | K.P_STRING << 4 | _OPS[op._name_]
+            if lists:
+                return (code, 0.0, 0.0, tuple(sorted(set(codes)))), False, kind
+            return (code, codes[0], 0.0, ()), False, kind
+        return (a << 8 | K.P_SLOW_STRING << 4 | K.O_NONE, 0.0, 0.0, ()), True, kind
+
+    def _fids_for(
+        self, recs: list[tuple[_Record, ...]], slows: list[Filter | None], keys: list[int]
+    ) -> npt.NDArray[np.int64]:
+        """The fid of each distinct compiled filter: an existing identical one, or a new one (no
+        members yet).
+
+        A fid is found by its key and then checked record by record against the predicate store
+        (``same_records``), so a hash collision is never a match.
+        """
+        n = len(recs)
+        cand = np.fromiter(map(self._fid_of_key.get, keys, repeat(-1)), dtype=np.int64, count=n)
+        offs = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, recs), dtype=np.int64, count=n), out=offs[1:])
+        flat = list(chain.from_iterable(recs))
+        r_code = np.fromiter(map(_FIRST, flat), dtype=np.int64, count=len(flat))
+        r_x = np.fromiter(map(_SECOND, flat), dtype=np.float64, count=len(flat))
+        r_y = np.fromiter(map(_THIRD, flat), dtype=np.float64, count=len(flat))
+        lits: list[float] = []
+        if any(map(_FOURTH, flat)):  # a list's literals: r_x and r_y say where in ``lits``
+            for r, rec in enumerate(flat):
+                if rec[3]:
+                    r_x[r], r_y[r] = len(lits), len(rec[3])
+                    lits.extend(rec[3])
+        r_lits = np.asarray(lits, dtype=np.float64)
+        same = np.empty(n, dtype=np.bool_)
+        K.same_records(cand, offs, r_code, r_x, r_y, r_lits, self._meta, self._p_code, self._p_ab, self._lit, same)
+        if self._slow:  # a slow fid is shared by equal filters only
+            for g in np.flatnonzero(same).tolist():
+                if slows[g] is not None and self._slow.get(int(cand[g])) != slows[g]:
+                    same[g] = False
+        if not same.all():
+            new = np.flatnonzero(~same).tolist()
+            cand[new] = self._new_fids(
+                [slows[g] for g in new], [keys[g] for g in new], same, offs, r_code, r_x, r_y, r_lits
+            )
+        return cand
+
+    def _new_fids(
+        self,
+        slows: list[Filter | None],
+        keys: list[int],
+        same: npt.NDArray[np.bool_],
+        offs: npt.NDArray[np.int64],
+        r_code: npt.NDArray[np.int64],
+        r_x: npt.NDArray[np.float64],
+        r_y: npt.NDArray[np.float64],
+        r_lits: npt.NDArray[np.float64],
+    ) -> npt.NDArray[np.int64]:
+        """New fids for the groups that are not ``same`` (see ``same_records``), whose slow filters
+        and keys are ``slows`` and ``keys``: their records stored, their bit work pending."""
+        m, n_lits = K.new_records_size(same, offs, r_code, r_y)
+        start = self._p_used
+        if start + m > len(self._p_code):
+            if self._p_garbage > start // 2:
+                self._compact()
+                start = self._p_used
+            self._p_code = _grow(self._p_code, start + m)
+            self._p_ab = _grow(self._p_ab, start + m)
+        self._lit = _grow(self._lit, self._lit_used + n_lits)
+        # the fids: free ones first
+        k = len(keys)
+        free = self._free_fids
+        reused = free[max(0, len(free) - k) :][::-1]
+        del free[max(0, len(free) - k) :]
+        n_fids = self._n_fids
+        fid_list = reused + list(range(n_fids, n_fids + k - len(reused)))
+        if len(reused) < k:
+            self._grow_fids(n_fids + k - len(reused))
+        fids = np.asarray(fid_list, dtype=np.int64)
+        flags = np.asarray([0 if s is None else K.SLOW for s in slows], dtype=np.int32)
+        K.store_fids(
+            same, fids, flags, offs, r_code, r_x, r_y, r_lits, start, self._lit_used,
+            self._p_code, self._p_ab, self._lit, self._meta,
+        )  # fmt: skip
+        self._p_used = start + m
+        self._lit_used += n_lits
+        self._f_key[fids] = keys
+        fid_of_key = self._fid_of_key
+        keyed = [fid_of_key.setdefault(key, fid) == fid for key, fid in zip(keys, fid_list, strict=True)]
+        self._f_keyed[fids] = keyed  # on a hash collision the new fid simply is not shared
+        for fid, slow in zip(fid_list, slows, strict=True):
+            if slow is not None:
+                self._slow[fid] = slow
+        self._pending_set.extend(fid_list)
+        return fids
+
+    def _grow_fids(self, n_fids: int) -> None:
+        """Room for fids up to ``n_fids`` (per-fid arrays, and the bitset rows' words)."""
+        self._n_fids = n_fids
+        if n_fids > len(self._meta):
+            self._meta = _grow(self._meta, n_fids)
+            self._f_key = _grow(self._f_key, n_fids)
+            self._f_keyed = _grow(self._f_keyed, n_fids)
         words = (len(self._meta) + 63) // 64
         if words > self._rows.shape[1]:
             rows = np.zeros((self._rows.shape[0], words), dtype=np.uint64)
@@ -629,53 +890,24 @@ class MatchIndex:
             alive = np.zeros(words, dtype=np.uint64)
             alive[: len(self._alive)] = self._alive
             self._alive = alive
-        return fid
 
-    def _store(self, records: list[_Record]) -> int:
-        m = len(records)
-        start = self._p_used
-        if start + m > len(self._p_code):
-            if self._p_garbage > start // 2:
-                self._compact()
-                start = self._p_used
-            self._p_code = _grow(self._p_code, start + m)
-            self._p_ab = _grow(self._p_ab, start + m)
-        codes, ab = [], []
-        for a, kind, op, x, y, lits in records:
-            if lits:
-                x, y = float(self._lit_used), float(len(lits))
-                self._lit = _grow(self._lit, self._lit_used + len(lits))
-                self._lit[self._lit_used : self._lit_used + len(lits)] = lits
-                self._lit_used += len(lits)
-            codes.append(a << 8 | kind << 4 | op)
-            ab.append((x, y))
-        self._p_code[start : start + m] = codes
-        self._p_ab[start : start + m] = ab
-        self._p_used = start + m
-        return start
-
-    def _records_of(self, fid: int) -> list[_Record]:
-        start = int(self._meta[fid, K.M_PSTART])
-        end = start + int(self._meta[fid, K.M_PCOUNT])
-        out: list[_Record] = []
-        for code, (x, y) in zip(self._p_code[start:end].tolist(), self._p_ab[start:end].tolist(), strict=True):
-            op = code & 15
-            lits: tuple[float, ...] = ()
-            if op == K.O_IN or op == K.O_NOT_IN:
-                lits = tuple(self._lit[int(x) : int(x) + int(y)].tolist())
-                x = y = 0.0
-            out.append((code >> 8, (code >> 4) & 15, op, x, y, lits))
-        return out
-
-    def _drop_fid(self, fid: int) -> None:
-        if self._f_keyed[fid]:
-            del self._fid_of_key[int(self._f_key[fid])]
-        self._slow.pop(fid, None)
-        self._p_garbage += int(self._meta[fid, K.M_PCOUNT])
-        self._m_garbage += int(self._meta[fid, K.M_MCAP])
-        self._meta[fid] = 0
-        self._pending_clear.append(fid)
-        self._free_fids.append(fid)
+    def _drop_fids(self, fids: npt.NDArray[np.int64]) -> None:
+        """Forget fids that have no subscription left (their bits are cleared at the next flush)."""
+        if not len(fids):
+            return
+        fid_of_key = self._fid_of_key
+        for key in self._f_key[fids[self._f_keyed[fids]]].tolist():
+            del fid_of_key[key]
+        if self._slow:
+            for fid in fids.tolist():
+                self._slow.pop(fid, None)
+        self._p_garbage += int(self._meta[fids, K.M_PCOUNT].sum())
+        self._m_garbage += int(self._meta[fids, K.M_MCAP].sum())
+        self._meta[fids] = 0
+        self._f_keyed[fids] = False
+        dropped = fids.tolist()
+        self._pending_clear.extend(dropped)
+        self._free_fids.extend(dropped)
 
     def _compact(self) -> None:
         """Squeeze the predicate store (and list literals) down to the live fids' records."""
@@ -701,7 +933,8 @@ class MatchIndex:
         self._p_used, self._p_garbage = total, 0
 
     def flush(self) -> None:
-        """Apply the bit work of the changes since the last ``match`` now (``match`` does it too)."""
+        """Apply the queued changes and their bit work now (``match`` does it too)."""
+        self._apply_queue()
         self._flush()
 
     def _flush(self) -> None:
@@ -749,7 +982,7 @@ class MatchIndex:
     def match(self, events: EventBatch | Sequence[Mapping[str, object]]) -> Matches:
         """Per event, the subscriptions it satisfies (exactly; ``Matches.ids`` names them)."""
         batch = _as_batch(events)
-        self._flush()
+        self.flush()
         kinds, vals, deltas = self._encode(batch)
         n = len(batch)
         n_words = (self._n_fids + 63) // 64
@@ -839,18 +1072,23 @@ class MatchIndex:
     # -- introspection ----------------------------------------------------------------------
 
     def memory_bytes(self) -> int:
-        """Bytes held: the arrays, plus the id maps and strings (estimated with ``sys.getsizeof``)."""
+        """Bytes held: the arrays, plus the id maps, strings and compile caches (estimated with
+        ``sys.getsizeof``), once the queued changes are applied."""
+        self._apply_queue()
         arrays = sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
         python = sys.getsizeof(self._slot_of) + sys.getsizeof(self._names) + sys.getsizeof(self._fid_of_key)
         python += sum(sys.getsizeof(k) for k in self._slot_of) + 36 * len(self._slot_of) + 36 * len(self._fid_of_key)
         python += sum(sys.getsizeof(d) for d in self._str_codes) + sys.getsizeof(self._free_slots)
+        memo = [d for by_op in self._pred_memo.values() for d in by_op.values()]
+        python += sum(sys.getsizeof(d) + sum(sys.getsizeof(r) for r, _, _ in d.values()) for d in memo)
+        python += sys.getsizeof(self._text_memo) + sum(sys.getsizeof(t) for t in self._text_memo)
         return int(arrays + python)
 
     def stats(self) -> dict[str, Any]:
         """Sizes: subscriptions, distinct filters, attributes, bitset rows, bytes (total and per subscription)."""
         total = self.memory_bytes()
         return {
-            "subscriptions": len(self),
+            "subscriptions": len(self._slot_of),
             "distinct_filters": self._n_fids - len(self._free_fids),
             "attributes": len(self._attr_names),
             "rows": self._n_rows,

@@ -118,8 +118,9 @@ def build(model: Mapping[str, Filter | str]) -> MatchIndex:
 
 
 class IndexMachine(RuleBasedStateMachine):
-    """Adds, replaces and removes in any order, with matches in between (or not: lazily applied
-    changes pile up), compared after every step with a plain ``dict`` of ``Filter``."""
+    """Adds, replaces and removes in any order, one at a time (queued until the next match) or in
+    batches, with matches in between (or not: lazily applied changes pile up), compared after
+    every step with a plain ``dict`` of ``Filter``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -178,6 +179,21 @@ class IndexMachine(RuleBasedStateMachine):
             self.index.remove(sid)
         with pytest.raises(KeyError):
             del self.model[sid]
+
+    @rule(
+        changes=st.lists(
+            st.tuples(st.sampled_from(INDEX_IDS), st.one_of(st.none(), index_filters(), index_filters().map(str))),
+            max_size=12,
+        )
+    )
+    def apply_batch(self, changes: list[tuple[str, Filter | str | None]]) -> None:
+        """A batch of adds, replaces and removes (of known and unknown ids, an id several times)."""
+        self.index.apply(changes)
+        for sid, f in changes:
+            if f is None:
+                self.model.pop(sid, None)
+            else:
+                self.model[sid] = parse_filter(f) if isinstance(f, str) else f
 
     @rule(events=st.lists(index_events(), min_size=1, max_size=20), form=st.sampled_from(FORMS))
     def match(self, events: list[dict[str, object]], form: str) -> None:
