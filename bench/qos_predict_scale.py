@@ -16,11 +16,12 @@ For each: *compile* is ``qos.compile_prediction`` (validation, matching, the rou
 *predict* is ``qos.predict(system, compiled=...)`` (the queueing model, four evaluations for
 the gg1 interval, p95s, the result objects), *total* is ``qos.predict(system)``; each is the best
 of ``--repeat`` runs (default 2), as wall-clock time and as the process's CPU time (the same on
-an idle machine; on a shared one the CPU time is what one core spent). Building the system
-document is not timed. Everything runs in one thread (BLAS is limited to one before numpy
-loads; ``--pin`` also pins the process to one CPU).
+an idle machine; on a shared one the CPU time is what one core spent, and the target is checked
+against it). Building the system document is not timed. Everything runs in one thread (BLAS is
+limited to one before numpy loads; ``--pin`` also pins the process to one CPU).
 
-Usage: ``.venv/bin/python bench/qos_predict_scale.py [--repeat 2] [--pin] [--skip-large] [--skip-loaded]``
+Usage: ``.venv/bin/python bench/qos_predict_scale.py [--repeat 2] [--pin] [--skip-large] [--skip-loaded]
+[--skip-overloaded]``
 """
 
 from __future__ import annotations
@@ -83,17 +84,22 @@ def describe(name: str, system: dict[str, Any], compiled: qos.CompiledSystem, pr
 
 
 def run(name: str, system: dict[str, Any], repeat: int) -> float:
+    """Time one workload; returns the best total CPU time (what one core spent: on a shared
+    machine the wall-clock time also counts the other processes' turns)."""
     compile_s, compile_cpu, compiled = best_of(repeat, lambda: qos.compile_prediction(system))
     predict_s, predict_cpu, prediction = best_of(repeat, lambda: qos.predict(system, compiled=compiled))
     total_s, total_cpu, _ = best_of(repeat, lambda: qos.predict(system))
     describe(name, system, compiled, prediction)
-    verdict = "ok" if total_s <= TARGET_S else "MISSED"
+    verdict = "ok" if total_cpu <= TARGET_S else "MISSED"
     print(
         f"  compile {compile_s:.2f} s + predict {predict_s:.2f} s; total (qos.predict) {total_s:.2f} s "
-        f"(best of {repeat}; target <= {TARGET_S:g} s: {verdict})"
+        f"(best of {repeat})"
     )
-    print(f"  CPU time: compile {compile_cpu:.2f} s + predict {predict_cpu:.2f} s; total {total_cpu:.2f} s")
-    return total_s
+    print(
+        f"  CPU time: compile {compile_cpu:.2f} s + predict {predict_cpu:.2f} s; total {total_cpu:.2f} s "
+        f"(target <= {TARGET_S:g} s of one core: {verdict})"
+    )
+    return total_cpu
 
 
 def table3(repeat: int) -> None:
@@ -114,6 +120,7 @@ def main() -> int:
     ap.add_argument("--pin", action="store_true", help="pin the process to one CPU")
     ap.add_argument("--skip-large", action="store_true", help="only the 20-broker tree")
     ap.add_argument("--skip-loaded", action="store_true", help="leave out the 1000/100k loaded variant")
+    ap.add_argument("--skip-overloaded", action="store_true", help="leave out the 1000/100k variant at its defaults")
     args = ap.parse_args()
     if args.pin and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
@@ -123,7 +130,7 @@ def main() -> int:
     if args.skip_large:
         return 0
     missed = False
-    variants = [("1000/100k", {})]
+    variants: list[tuple[str, dict[str, Any]]] = [] if args.skip_overloaded else [("1000/100k", {})]
     if not args.skip_loaded:
         variants.append(("1000/100k loaded", {"ms_per_subscription": 0.001}))
     for name, extra in variants:

@@ -50,17 +50,26 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, ClassVar
 
 import numpy as np
 
 from routing.composites import CompositeTable, leaf_filter_changes, plan_composite_change, to_json
 from routing.composites import to_placement_tree as _placement_tree
-from routing.detection import CompositeDetector, DetectionRecord, DetectorConfig
+from routing.detection import CompositeDetector, Detections, DetectorConfig
 from routing.estimation import Moments, RollingWindow, add_link_delays, pack_documents, unpack_documents
 from routing.matching import EventBatch, MatchIndex
 from routing.micpice import Instance, Plan, plan_enhanced
-from routing.placement import METHODS, Operator, PlacementError, PlacementInstance, place, traffic_cost
+from routing.placement import (
+    METHODS,
+    FloatVector,
+    Operator,
+    PlacementError,
+    PlacementInstance,
+    place,
+    traffic_cost,
+)
 from routing.subscriptions import SubscriptionRecord
 
 CATCH_UP_PERIODS = 60
@@ -107,6 +116,26 @@ class MonitorConfig:
             raise ValueError("rate_window_ms must be a positive multiple of check_period_ms")
         if not 0 <= self.min_saving < 1 or self.sustain < 1:
             raise ValueError("need 0 <= min_saving < 1 and sustain >= 1")
+
+
+class _SharedDistances(PlacementInstance):
+    """A ``PlacementInstance`` whose all-pairs distances (Dijkstra over every link) are computed
+    once per network and shared, read-only: at one check every composite subscription's instance
+    has the same brokers and links."""
+
+    _known: ClassVar[dict[tuple[Any, ...], FloatVector]] = {}
+
+    @cached_property
+    def distances(self) -> FloatVector:
+        key = (self.brokers, tuple((u, v, link.cost) for (u, v), link in self.links.items()))
+        known = self._known.get(key)
+        if known is None:
+            known = super().distances
+            known.flags.writeable = False
+            if len(self._known) >= 16:  # a network changes now and then: keep the recent ones
+                self._known.clear()
+            self._known[key] = known
+        return known
 
 
 class CompositeMonitor:
@@ -214,17 +243,25 @@ class CompositeMonitor:
             return 0
         rows = np.repeat(np.arange(len(event_ids)), np.diff(offsets))
         times = np.asarray(published_at, dtype=np.int64)[rows]
-        event_at = np.asarray(event_ids, dtype=object)[rows]
-        split = self._leaf_of
-        self.detector.update(
-            (*split[fid], eid, t) for fid, eid, t in zip(ids.tolist(), event_at.tolist(), times.tolist(), strict=True)
-        )
-        first = float(times.min())
-        self.first_ms = first if self.first_ms is None else min(self.first_ms, first)
-        # counts per (leaf filter, home broker, check period): strings coded once through dicts
-        # (hashing, not sorting: a batch has millions of matches), then one np.unique of ints
+        # leaf filters coded once through a dict (hashing, not sorting: a batch has millions of
+        # matches); the detector takes each leaf's matches in one call (a stable sort by leaf
+        # filter keeps them in batch order)
         fid_code: dict[str, int] = {}
         fid_codes = np.fromiter((fid_code.setdefault(f, len(fid_code)) for f in ids.tolist()), np.int64, len(ids))
+        by_fid = np.argsort(fid_codes, kind="stable")
+        bounds = np.zeros(len(fid_code) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(fid_codes, minlength=len(fid_code)), out=bounds[1:])
+        cuts = bounds.tolist()
+        eids = np.asarray(event_ids, dtype=object)[rows[by_fid]].tolist()
+        ts = times[by_fid].tolist()
+        update_leaf, split = self.detector.update_leaf, self._leaf_of
+        for k, fid in enumerate(fid_code):
+            sid, leaf_id = split[fid]
+            lo, hi = cuts[k], cuts[k + 1]
+            update_leaf(sid, leaf_id, eids[lo:hi], ts[lo:hi])
+        first = float(times.min())
+        self.first_ms = first if self.first_ms is None else min(self.first_ms, first)
+        # counts per (leaf filter, home broker, check period): one np.unique of ints
         broker_code: dict[str, int] = {}
         pub_home = {p: broker_code.setdefault(self.publishers.get(p) or "", len(broker_code)) for p in set(publishers)}
         event_home = np.fromiter((pub_home[p] for p in publishers), np.int64, len(event_ids))
@@ -330,7 +367,7 @@ class CompositeMonitor:
             self.counters["waiting"] += 1
             return None
         try:
-            inst = PlacementInstance.from_json(doc)
+            inst = _SharedDistances.from_json(doc)
             best = place(inst, self.config.method)
         except PlacementError:
             self.counters["waiting"] += 1
@@ -400,16 +437,25 @@ class CompositeMonitor:
         self.placed[sid] = record
         return record
 
-    def advance(self, watermark_ms: float) -> tuple[list[DetectionRecord], list[dict[str, Any]]]:
-        """Event time reached ``watermark_ms``: the detections it makes final, and the placement
-        records of every check period that ended (module docstring)."""
+    def advance(self, watermark_ms: float) -> tuple[Detections, list[dict[str, Any]]]:
+        """Event time reached ``watermark_ms``: the detections it makes final (``detect``) and the
+        placement records of every check period that ended (``place``)."""
+        return self.detect(watermark_ms), self.place(watermark_ms)
+
+    def detect(self, watermark_ms: float) -> Detections:
+        """The detections that ``watermark_ms`` makes final: a sequence of ``DetectionRecord``,
+        kept compact for writers (``routing.detection.Detections``)."""
         if not math.isfinite(watermark_ms):
-            return [], []
-        detections = self.detector.advance(int(watermark_ms))
+            return Detections()
+        return self.detector.advance_rows(int(watermark_ms))
+
+    def place(self, watermark_ms: float) -> list[dict[str, Any]]:
+        """The placement records of every check period that ended by ``watermark_ms`` (module
+        docstring)."""
         placements: list[dict[str, Any]] = []
+        if not math.isfinite(watermark_ms) or self.first_ms is None:
+            return placements
         period = self.config.check_period_ms
-        if self.first_ms is None:
-            return detections, placements
         if self.next_check_ms is None:
             self.next_check_ms = (math.floor(self.first_ms / period) + 1) * period
         while self.next_check_ms <= watermark_ms:
@@ -419,7 +465,7 @@ class CompositeMonitor:
                     placements.append(record)
             self.next_check_ms += period
         self._forget(watermark_ms)
-        return detections, placements
+        return placements
 
     # -- state ----------------------------------------------------------------------------------
 

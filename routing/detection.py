@@ -15,9 +15,10 @@ A watermark ``W`` promises that no component match with event time ``< W`` arriv
 ``update`` buffers matches; a match whose event time is below the current watermark is *late*:
 dropped and counted. ``advance(W)`` processes every buffered match with event time ``< W`` in
 *event order* -- by event time, then event id, then leaf (document order) -- and returns the
-detections completed on the way. The result therefore does not depend on the order in which
-matches arrive, as long as each arrives before the watermark passes its event time. A watermark
-below the current one changes nothing.
+detections completed on the way: a subscription's in the order they are made, subscriptions one
+after another (subscriptions are independent). The result therefore does not depend on the order
+in which matches arrive, as long as each arrives before the watermark passes its event time. A
+watermark below the current one changes nothing.
 
 Instances, selection and consumption
 ------------------------------------
@@ -71,6 +72,17 @@ nothing.
 whole event-ordered sequence, keeping every instance with consumed/evicted flags and choosing by
 linear scans, with no watermark, no expiry and no deletion.
 
+How it runs
+-----------
+Buffered matches wait per subscription (``update_leaf`` takes a leaf's matches in one call), so
+``advance`` sorts each subscription's alone and feeds them to it in one go. The commonest trees
+have loops of their own there, the policy above written out for their shape: an ``and`` or
+``seq`` of two leaves (its stored instances are points in time: a time and an event id each) and
+an ``or`` of leaves; every other tree goes instance by instance through the general step.
+``advance_rows`` returns the detections column by column (``Detections``, one
+``DetectionBlock`` per subscription), made records only when asked for, so a writer can encode
+them without building a dict per detection.
+
 Examples
 --------
 >>> from routing.composites import parse_composite
@@ -89,17 +101,23 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final, TypeAlias, TypedDict
+from itertools import repeat
+from operator import itemgetter
+from typing import Any, Final, TypeAlias, TypedDict, overload
 
 from routing.composites import CompositeChange, CompositeTree, Leaf, Operator, parse_composite, to_json
 
 __all__ = [
     "ComponentRecord",
     "CompositeDetector",
+    "DetectionBlock",
     "DetectionRecord",
+    "DetectionRow",
+    "DetectionSource",
+    "Detections",
     "DetectorConfig",
     "DetectorStats",
     "ReferenceResult",
@@ -111,6 +129,11 @@ _AND: Final = 0
 _OR: Final = 1
 _SEQ: Final = 2
 _OP_CODES: Final = {"and": _AND, "or": _OR, "seq": _SEQ}
+# plan shapes with their own loop in ``advance`` (one operator whose children are all leaves)
+_GENERAL: Final = 0
+_PAIR_AND: Final = 1  # and of two leaves
+_PAIR_SEQ: Final = 2  # seq of two leaves
+_FLAT_OR: Final = 3  # or of leaves
 _STATE_FORMAT: Final = 1
 _ID_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _escape: Final = json.encoder.encode_basestring  # a JSON string literal, quotes included (C-accelerated)
@@ -228,6 +251,7 @@ class _Plan:
         "n_children",
         "op",
         "parent",
+        "shape",
         "slot",
         "within",
     )
@@ -259,6 +283,12 @@ class _Plan:
         self.parent = tuple(parent)
         self.slot = tuple(slot)
         self.monotone = tuple(monotone)
+        self.shape = _GENERAL
+        if len(operators) == 1:  # every leaf is a child of the root: leaf index == slot
+            if self.op[0] == _OR:
+                self.shape = _FLAT_OR
+            elif self.n_children[0] == 2:
+                self.shape = _PAIR_AND if self.op[0] == _AND else _PAIR_SEQ
 
 
 def _point_like(node: Operator | Leaf) -> bool:
@@ -269,18 +299,32 @@ def _point_like(node: Operator | Leaf) -> bool:
 
 
 class _Buffer:
-    """The stored instances of one child of an and/seq node, in the order they were made."""
+    """The stored instances of one child of an and/seq node, in the order they were made.
 
-    __slots__ = ("comps", "firsts", "lasts", "monotone")
+    A *bare* buffer (``leaf >= 0``: a leaf child of a two-leaf ``and``/``seq``, read only by that
+    shape's own loop in ``advance``) keeps each instance as its time in ``firsts`` and its event
+    id in ``ids``; its ``lasts`` (equal to ``firsts``) and ``comps`` stay empty.
+    """
 
-    def __init__(self, monotone: bool) -> None:
+    __slots__ = ("comps", "firsts", "ids", "lasts", "leaf", "monotone")
+
+    def __init__(self, monotone: bool, leaf: int = -1) -> None:
         self.monotone = monotone  # first == last for every instance: firsts is sorted too
+        self.leaf = leaf
         self.firsts: list[int] = []
         self.lasts: list[int] = []
         self.comps: list[Comps] = []
+        self.ids: list[str] = []
 
     def __len__(self) -> int:
-        return len(self.lasts)
+        return len(self.firsts)
+
+    def instances(self) -> tuple[list[int], list[int], list[Comps]]:
+        """The stored instances' first times, last times and components."""
+        if self.leaf < 0:
+            return self.firsts, self.lasts, self.comps
+        leaf = self.leaf
+        return self.firsts, self.firsts, [((leaf, e, t),) for e, t in zip(self.ids, self.firsts, strict=True)]
 
     def expire(self, thr: int) -> int:
         """Drop every instance with first < thr; return how many."""
@@ -290,7 +334,7 @@ class _Buffer:
         if self.monotone:
             k = bisect_left(firsts, thr)
             if k:
-                del self.firsts[:k], self.lasts[:k], self.comps[:k]
+                del self.firsts[:k], self.lasts[:k], self.comps[:k], self.ids[:k]
             return k
         if min(firsts) >= thr:
             return 0
@@ -335,8 +379,188 @@ class _Buffer:
         return self.firsts.pop(i), self.comps.pop(i)
 
 
+class DetectionSource:
+    """Whose detections a row holds: one object per subscription (and per incarnation of it).
+
+    Attributes
+    ----------
+    subscription_id, subscriber_id : str
+    leaf_paths : tuple of str
+        The path of each leaf (``leaf_paths[i]`` for leaf index ``i``, leaf ``L{i + 1}``).
+    """
+
+    __slots__ = ("id_heads", "id_prefix", "leaf_paths", "subscriber_id", "subscription_id")
+
+    def __init__(self, subscription_id: str, subscriber_id: str, leaf_paths: tuple[str, ...]) -> None:
+        self.subscription_id = subscription_id
+        self.subscriber_id = subscriber_id
+        self.leaf_paths = leaf_paths
+        # ``detection_id`` from pre-escaped parts: prefix + ",".join(head + escaped id + "]") + "]]"
+        self.id_prefix = "[" + _escape(subscription_id) + ",["
+        self.id_heads = tuple("[" + _escape(path) + "," for path in leaf_paths)
+
+    def __repr__(self) -> str:
+        return f"DetectionSource({self.subscription_id!r}, {self.subscriber_id!r}, {self.leaf_paths!r})"
+
+
+DetectionRow: TypeAlias = tuple[DetectionSource, int, Comps]
+"""``(source, detected_at, components)``: one detection, its components ``(leaf index, event id,
+event time)`` in leaf order."""
+
+
+class DetectionBlock:
+    """The detections of one subscription in one ``advance_rows``, column by column.
+
+    Attributes
+    ----------
+    source : DetectionSource
+    detected_at : list of int
+        Per detection, in the order made.
+    sizes : int or list of int
+        Components per detection (one int when every detection has that many).
+    leaves : list of int or None
+        Per component, its leaf index (None: detection ``d``'s components are the leaves
+        ``0 .. size - 1`` in order).
+    event_ids, times : list
+        Per component (detection by detection, each one's in leaf order), its event id and time.
+    """
+
+    __slots__ = ("detected_at", "event_ids", "leaves", "sizes", "source", "times")
+
+    def __init__(self, source: DetectionSource, size: int = 0) -> None:
+        self.source = source
+        self.detected_at: list[int] = []
+        self.sizes: int | list[int] = size if size else []
+        self.leaves: list[int] | None = None if size else []
+        self.event_ids: list[str] = []
+        self.times: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.detected_at)
+
+    def add(self, last: int, comps: Comps) -> None:
+        """Append one detection (a block of varying sizes)."""
+        assert isinstance(self.sizes, list) and self.leaves is not None
+        self.detected_at.append(last)
+        self.sizes.append(len(comps))
+        for li, eid, t in comps:
+            self.leaves.append(li)
+            self.event_ids.append(eid)
+            self.times.append(t)
+
+    def rows(self) -> list[DetectionRow]:
+        """The detections as ``(source, detected_at, components)``."""
+        src, ids, times = self.source, self.event_ids, self.times
+        out: list[DetectionRow] = []
+        start = 0
+        sizes = self.sizes
+        for d, last in enumerate(self.detected_at):
+            size = sizes if isinstance(sizes, int) else sizes[d]
+            leaves = range(size) if self.leaves is None else self.leaves[start : start + size]
+            out.append(
+                (src, last, tuple(zip(leaves, ids[start : start + size], times[start : start + size], strict=True)))
+            )
+            start += size
+        return out
+
+
+class Detections(Sequence[DetectionRecord]):
+    """The detections of one ``advance_rows``, kept compact (``DetectionBlock``) until asked for.
+
+    Indexing and iterating give ``DetectionRecord`` dicts, made on the first ask (``records``);
+    ``blocks`` (per subscription, column by column) and ``rows`` serve writers that encode the
+    records straight from them. The detections of one subscription are in the order made.
+
+    Examples
+    --------
+    >>> from routing.composites import parse_composite
+    >>> det = CompositeDetector()
+    >>> det.add("c", parse_composite({"op": "and", "within_ms": 9, "children": ["a = 1", "b = 1"]}), "u")
+    >>> det.update([("c", "L1", "x", 1), ("c", "L2", "y", 2)])
+    >>> found = det.advance_rows(10)
+    >>> len(found), found.ids(), found.rows()[0][1:]
+    (1, ['["c",[["0","x"],["1","y"]]]'], (2, ((0, 'x', 1), (1, 'y', 2))))
+    >>> found[0]["components"][1]
+    {'leaf': '1', 'event_id': 'y', 'published_at': 2}
+    """
+
+    __slots__ = ("_ids", "_records", "_rows", "blocks")
+
+    def __init__(self, blocks: list[DetectionBlock] | None = None) -> None:
+        self.blocks: list[DetectionBlock] = blocks if blocks is not None else []
+        self._rows: list[DetectionRow] | None = None
+        self._ids: list[str] | None = None
+        self._records: list[DetectionRecord] | None = None
+
+    def __len__(self) -> int:
+        return sum(len(b.detected_at) for b in self.blocks)
+
+    @overload
+    def __getitem__(self, i: int) -> DetectionRecord: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[DetectionRecord]: ...
+
+    def __getitem__(self, i: int | slice) -> DetectionRecord | list[DetectionRecord]:
+        return self.records()[i]
+
+    def __iter__(self) -> Iterator[DetectionRecord]:
+        return iter(self.records())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Detections):
+            return self.records() == other.records()
+        if isinstance(other, list):
+            return self.records() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
+
+    def __repr__(self) -> str:
+        return f"Detections({self.records()!r})"
+
+    def rows(self) -> list[DetectionRow]:
+        """Every detection as ``(source, detected_at, components)``, in order (made once)."""
+        if self._rows is None:
+            self._rows = [row for block in self.blocks for row in block.rows()]
+        return self._rows
+
+    def ids(self) -> list[str]:
+        """Every detection's ``detection_id``, in order (made once)."""
+        if self._ids is None:
+            esc = _escape
+            ids: list[str] = []
+            append = ids.append
+            for src, _, comps in self.rows():
+                heads = src.id_heads
+                if len(comps) == 2:
+                    (l0, e0, _), (l1, e1, _) = comps
+                    append(f"{src.id_prefix}{heads[l0]}{esc(e0)}],{heads[l1]}{esc(e1)}]]]")
+                else:
+                    append(src.id_prefix + ",".join([heads[li] + esc(e) + "]" for li, e, _ in comps]) + "]]")
+            self._ids = ids
+        return self._ids
+
+    def records(self) -> list[DetectionRecord]:
+        """Every detection as a ``siftstream.composites.v1`` record, in order (made once)."""
+        if self._records is None:
+            self._records = [
+                {
+                    "detection_id": did,
+                    "subscription_id": src.subscription_id,
+                    "subscriber_id": src.subscriber_id,
+                    "detected_at": last,
+                    "components": [
+                        {"leaf": src.leaf_paths[li], "event_id": eid, "published_at": t} for li, eid, t in comps
+                    ],
+                }
+                for did, (src, last, comps) in zip(self.ids(), self.rows(), strict=True)
+            ]
+        return self._records
+
+
 class _Subscription:
-    __slots__ = ("buffers", "gen", "id_heads", "id_prefix", "plan", "subscriber_id", "subscription_id", "text", "tree")
+    __slots__ = ("buffers", "gen", "pending", "plan", "source", "subscriber_id", "subscription_id", "text", "tree")
 
     def __init__(
         self, subscription_id: str, subscriber_id: str, tree: CompositeTree, gen: int, plan: _Plan | None = None
@@ -347,42 +571,32 @@ class _Subscription:
         self.plan = plan or _Plan(tree)
         self.text: str | None = None  # canonical JSON of the tree, made on the first save
         self.gen = gen
-        self.id_prefix = "[" + _escape(subscription_id) + ",["
-        self.id_heads = tuple("[" + _escape(path) + "," for path in self.plan.leaf_path)
+        self.source = DetectionSource(subscription_id, subscriber_id, self.plan.leaf_path)
+        self.pending: list[Pending] = []  # buffered component matches, waiting for the watermark
         self.buffers: list[list[_Buffer] | None] = [
             None if op == _OR else [_Buffer(m) for m in mono]
             for op, mono in zip(self.plan.op, self.plan.monotone, strict=True)
         ]
+        if self.plan.shape in (_PAIR_AND, _PAIR_SEQ):
+            self.buffers[0] = [_Buffer(True, 0), _Buffer(True, 1)]
 
     def stored(self) -> int:
         return sum(len(b) for bufs in self.buffers if bufs is not None for b in bufs)
 
-    def record(self, last: int, comps: Comps) -> DetectionRecord:
-        """The detection record of a root instance (``detection_id`` is ``detection_id(...)``,
-        built from pre-escaped parts)."""
-        paths = self.plan.leaf_path
-        heads = self.id_heads
-        return {
-            "detection_id": self.id_prefix + ",".join([heads[li] + _escape(eid) + "]" for li, eid, _ in comps]) + "]]",
-            "subscription_id": self.subscription_id,
-            "subscriber_id": self.subscriber_id,
-            "detected_at": last,
-            "components": [{"leaf": paths[li], "event_id": eid, "published_at": t} for li, eid, t in comps],
-        }
 
-
-Pending: TypeAlias = tuple[int, str, str, int, int]
-"""``(event time, event id, subscription id, leaf index, subscription generation)``: sorts in
-event order (within one subscription: time, event id, leaf)."""
+Pending: TypeAlias = tuple[int, str, int]
+"""``(event time, event id, leaf index)`` of a buffered component match: sorts in event order."""
+_time_of: Final = itemgetter(0)
 
 
 class CompositeDetector:
     """Incremental detection of composite events for many composite subscriptions.
 
     See the module docstring for the semantics (event order, selection and consumption, state
-    bounds). ``add``/``remove`` change the subscriptions, ``update`` feeds component matches,
-    ``advance`` moves the watermark and returns the detections it makes final; ``to_bytes`` and
-    ``from_bytes`` save and restore the whole state (JSON, no pickle).
+    bounds). ``add``/``remove`` change the subscriptions, ``update`` (or ``update_leaf``) feeds
+    component matches, ``advance`` moves the watermark and returns the detections it makes final
+    (``advance_rows``: the same, compact); ``to_bytes`` and ``from_bytes`` save and restore the
+    whole state (JSON, no pickle).
 
     Parameters
     ----------
@@ -407,7 +621,6 @@ class CompositeDetector:
         self._config = config or DetectorConfig()
         self._max_instances = self._config.max_instances
         self._subs: dict[str, _Subscription] = {}
-        self._pending: list[Pending] = []
         self._watermark: int | None = None
         self._next_gen = 0
         self._accepted = self._late = self._unknown = self._dropped_removed = 0
@@ -439,7 +652,7 @@ class CompositeDetector:
         if old is not None:
             if old.tree == tree and old.subscriber_id == subscriber_id:
                 return
-            self._dropped_removed += old.stored()
+            self._dropped_removed += old.stored() + len(old.pending)
         self._subs[subscription_id] = _Subscription(subscription_id, subscriber_id, tree, self._next_gen)
         self._next_gen += 1
 
@@ -447,7 +660,7 @@ class CompositeDetector:
         """Unregister a subscription, dropping its partial matches and buffered component matches
         (``KeyError`` when it is not registered)."""
         sub = self._subs.pop(subscription_id)
-        self._dropped_removed += sub.stored()
+        self._dropped_removed += sub.stored() + len(sub.pending)
 
     def apply(self, changes: Iterable[CompositeChange]) -> None:
         """Follow a ``CompositeTable``'s changes: ``(id, subscription)`` adds or replaces (as
@@ -466,7 +679,7 @@ class CompositeDetector:
         Matches with event time below the watermark are dropped (``late``); those naming an
         unregistered subscription or leaf are dropped (``unknown``).
         """
-        subs, pending = self._subs, self._pending
+        subs = self._subs
         wm = self._watermark
         late = unknown = accepted = 0
         for sid, leaf_id, event_id, t in matches:
@@ -478,11 +691,46 @@ class CompositeDetector:
             if sub is None or li is None:
                 unknown += 1
                 continue
-            pending.append((t, event_id, sid, li, sub.gen))
+            sub.pending.append((t, event_id, li))
             accepted += 1
         self._late += late
         self._unknown += unknown
         self._accepted += accepted
+
+    def update_leaf(
+        self, subscription_id: str, leaf_id: str, event_ids: Sequence[str], event_times_ms: Sequence[int]
+    ) -> None:
+        """Buffer component matches of one leaf at once: ``update`` of
+        ``(subscription_id, leaf_id, event_ids[i], event_times_ms[i])`` for every ``i``.
+
+        Examples
+        --------
+        >>> from routing.composites import parse_composite
+        >>> det = CompositeDetector()
+        >>> det.add("c", parse_composite({"op": "or", "children": ["a = 1"]}))
+        >>> det.update_leaf("c", "L1", ["e1", "e2"], [5, 3])
+        >>> [r["detection_id"] for r in det.advance(10)]
+        ['["c",[["0","e2"]]]', '["c",[["0","e1"]]]']
+        """
+        n = len(event_ids)
+        if len(event_times_ms) != n:
+            raise ValueError(f"{n} event ids but {len(event_times_ms)} event times")
+        if not n:
+            return
+        wm = self._watermark
+        if wm is not None and min(event_times_ms) < wm:
+            keep = [i for i, t in enumerate(event_times_ms) if t >= wm]
+            self._late += n - len(keep)
+            event_ids = [event_ids[i] for i in keep]
+            event_times_ms = [event_times_ms[i] for i in keep]
+            n = len(keep)
+        sub = self._subs.get(subscription_id)
+        li = None if sub is None else sub.plan.leaf_index.get(leaf_id)
+        if sub is None or li is None:
+            self._unknown += n
+            return
+        sub.pending.extend(zip(event_times_ms, event_ids, repeat(li, n), strict=True))
+        self._accepted += n
 
     def update_from_matches(
         self,
@@ -525,37 +773,51 @@ class CompositeDetector:
 
         Processes every buffered match with event time ``< watermark_ms`` in event order (see the
         module docstring), then expires stored instances that can no longer complete a pattern.
-        A watermark below the current one does nothing.
+        A watermark below the current one does nothing. The detections of one subscription come
+        in the order they are made; subscriptions come one after another (in the order they were
+        added).
         """
-        if self._watermark is not None and watermark_ms <= self._watermark:
-            return []
-        self._watermark = watermark_ms
-        pending = self._pending
-        if pending:
-            if max(p[0] for p in pending) < watermark_ms:
-                ready, self._pending = pending, []
-            else:
-                ready = [p for p in pending if p[0] < watermark_ms]
-                self._pending = [p for p in pending if p[0] >= watermark_ms]
-            ready.sort()
-        else:
-            ready = []
-        out: list[DetectionRecord] = []
-        subs = self._subs
-        for t, event_id, sid, li, gen in ready:
-            sub = subs.get(sid)
-            if sub is None or sub.gen != gen:
-                self._dropped_removed += 1
-                continue
-            plan = sub.plan
-            self._feed(sub, plan.leaf_node[li], plan.leaf_slot[li], t, t, ((li, event_id, t),), out)
-        self._expire_all(watermark_ms)
-        self._detections += len(out)
-        return out
+        return self.advance_rows(watermark_ms).records()
 
-    def _expire_all(self, watermark_ms: int) -> None:
-        expired = 0
+    def advance_rows(self, watermark_ms: int) -> Detections:
+        """``advance``, with the detections kept compact (``Detections``: records made on demand)."""
+        if self._watermark is not None and watermark_ms <= self._watermark:
+            return Detections()
+        self._watermark = watermark_ms
+        blocks: list[DetectionBlock] = []
+        expired = detections = 0
         for sub in self._subs.values():
+            pending = sub.pending
+            if pending:
+                pending.sort()
+                if pending[-1][0] < watermark_ms:
+                    ready, sub.pending = pending, []
+                else:
+                    k = bisect_left(pending, watermark_ms, key=_time_of)
+                    ready = pending[:k]
+                    del pending[:k]
+                if ready:
+                    shape = sub.plan.shape
+                    if shape == _PAIR_AND:
+                        block = self._pair_and(sub, ready)
+                    elif shape == _PAIR_SEQ:
+                        block = self._pair_seq(sub, ready)
+                    elif shape == _FLAT_OR:  # every instance is a detection
+                        block = DetectionBlock(sub.source, 1)
+                        block.leaves = [li for _, _, li in ready]
+                        block.event_ids = [eid for _, eid, _ in ready]
+                        block.times = [t for t, _, _ in ready]
+                        block.detected_at = block.times.copy()
+                    else:
+                        block = DetectionBlock(sub.source)
+                        plan = sub.plan
+                        leaf_node, leaf_slot, feed = plan.leaf_node, plan.leaf_slot, self._feed
+                        for t, eid, li in ready:
+                            feed(sub, leaf_node[li], leaf_slot[li], t, t, ((li, eid, t),), block)
+                    if block.detected_at:
+                        blocks.append(block)
+                        detections += len(block.detected_at)
+            # expire what can no longer complete a pattern (first < watermark - within)
             within = sub.plan.within
             for node, bufs in enumerate(sub.buffers):
                 if bufs is None:
@@ -567,9 +829,99 @@ class CompositeDetector:
                     if buf.firsts:
                         expired += buf.expire(thr)
         self._expired += expired
+        self._detections += detections
+        return Detections(blocks)
+
+    def _pair_and(self, sub: _Subscription, ready: list[Pending]) -> DetectionBlock:
+        """``_feed`` of every ready match of an ``and`` of two leaves, inlined (the same policy):
+        the other leaf's most recent stored instance within the window is the last one stored
+        (leaves are point-like), else the new one is stored."""
+        w = sub.plan.within[0]
+        assert w is not None
+        bufs = sub.buffers[0]
+        assert bufs is not None
+        f0, f1, i0, i1 = bufs[0].firsts, bufs[1].firsts, bufs[0].ids, bufs[1].ids
+        k_max = self._max_instances
+        expired = evicted = 0
+        block = DetectionBlock(sub.source, 2)
+        at, ids, times = block.detected_at, block.event_ids, block.times
+        for t, eid, li in ready:
+            thr = t - w
+            if li:
+                if f0 and f0[-1] >= thr:  # pairs with the latest L1 instance
+                    at.append(t)
+                    times.append(f0.pop())
+                    times.append(t)
+                    ids.append(i0.pop())
+                    ids.append(eid)
+                    continue
+                mf, mi = f1, i1
+            else:
+                if f1 and f1[-1] >= thr:  # pairs with the latest L2 instance
+                    at.append(t)
+                    times.append(t)
+                    times.append(f1.pop())
+                    ids.append(eid)
+                    ids.append(i1.pop())
+                    continue
+                mf, mi = f0, i0
+            if mf and mf[0] < thr:  # stored (``_store``): expire, then evict beyond K
+                k = bisect_left(mf, thr)
+                del mf[:k], mi[:k]
+                expired += k
+            if len(mf) >= k_max:
+                del mf[0], mi[0]
+                evicted += 1
+            mf.append(t)
+            mi.append(eid)
+        self._expired += expired
+        self._evicted += evicted
+        return block
+
+    def _pair_seq(self, sub: _Subscription, ready: list[Pending]) -> DetectionBlock:
+        """``_feed`` of every ready match of a ``seq`` of two leaves, inlined (the same policy):
+        an L1 instance is stored; an L2 one takes the most recent L1 instance strictly before it
+        within the window, or is dropped."""
+        w = sub.plan.within[0]
+        assert w is not None
+        bufs = sub.buffers[0]
+        assert bufs is not None
+        firsts, stored = bufs[0].firsts, bufs[0].ids
+        k_max = self._max_instances
+        expired = evicted = 0
+        block = DetectionBlock(sub.source, 2)
+        at, ids, times = block.detected_at, block.event_ids, block.times
+        for t, eid, li in ready:
+            thr = t - w
+            if li:
+                i = bisect_left(firsts, t) - 1
+                if i < 0 or firsts[i] < thr:
+                    continue  # a last child that completes nothing now never will
+                at.append(t)
+                if i == len(firsts) - 1:
+                    times.append(firsts.pop())
+                    ids.append(stored.pop())
+                else:
+                    times.append(firsts.pop(i))
+                    ids.append(stored.pop(i))
+                times.append(t)
+                ids.append(eid)
+                continue
+            if firsts and firsts[0] < thr:  # stored (``_store``): expire, then evict beyond K
+                k = bisect_left(firsts, thr)
+                del firsts[:k], stored[:k]
+                expired += k
+            if len(firsts) >= k_max:
+                del firsts[0], stored[0]
+                evicted += 1
+            firsts.append(t)
+            stored.append(eid)
+        self._expired += expired
+        self._evicted += evicted
+        return block
 
     def _feed(
-        self, sub: _Subscription, node: int, slot: int, first: int, last: int, comps: Comps, out: list[DetectionRecord]
+        self, sub: _Subscription, node: int, slot: int, first: int, last: int, comps: Comps, out: DetectionBlock
     ) -> None:
         """Process one instance of child ``slot`` of operator ``node`` (and its consequences).
 
@@ -648,7 +1000,7 @@ class CompositeDetector:
                     comps = tuple(parts)
             parent = plan.parent[node]
             if parent < 0:
-                out.append(sub.record(last, comps))
+                out.add(last, comps)
                 return
             slot = plan.slot[node]
             node = parent
@@ -682,7 +1034,7 @@ class CompositeDetector:
             expired=self._expired,
             evicted=self._evicted,
             detections=self._detections,
-            pending=len(self._pending),
+            pending=sum(len(sub.pending) for sub in self._subs.values()),
             stored=sum(sub.stored() for sub in self._subs.values()),
             watermark=self._watermark,
         )
@@ -701,7 +1053,12 @@ class CompositeDetector:
         subs = []
         for sub in self._subs.values():
             buffers = [
-                None if bufs is None else [[b.firsts, b.lasts, [[list(c) for c in cs] for cs in b.comps]] for b in bufs]
+                None
+                if bufs is None
+                else [
+                    [firsts, lasts, [[list(c) for c in cs] for cs in comps]]
+                    for firsts, lasts, comps in (b.instances() for b in bufs)
+                ]
                 for bufs in sub.buffers
             ]
             if sub.text is None:
@@ -721,7 +1078,9 @@ class CompositeDetector:
                 self._detections,
             ],
             "subscriptions": subs,
-            "pending": self._pending,
+            "pending": [
+                (t, e, sub.subscription_id, li, sub.gen) for sub in self._subs.values() for t, e, li in sub.pending
+            ],
         }
         return json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -750,11 +1109,20 @@ class CompositeDetector:
                 if bufs is None:
                     continue
                 for buf, (firsts, lasts, comps) in zip(bufs, saved, strict=True):
-                    buf.firsts, buf.lasts = firsts, lasts
-                    buf.comps = [tuple((c[0], c[1], c[2]) for c in cs) for cs in comps]
+                    buf.firsts = firsts
+                    if buf.leaf >= 0:
+                        buf.ids = [cs[0][1] for cs in comps]
+                    else:
+                        buf.lasts = lasts
+                        buf.comps = [tuple((c[0], c[1], c[2]) for c in cs) for cs in comps]
             sub.text = tree_json
             det._subs[sid] = sub
-        det._pending = [(p[0], p[1], p[2], p[3], p[4]) for p in state["pending"]]
+        for t, eid, sid, li, gen in state["pending"]:
+            owner = det._subs.get(sid)
+            if owner is None or owner.gen != gen:  # saved by an earlier version: its subscription is gone
+                det._dropped_removed += 1
+            else:
+                owner.pending.append((t, eid, li))
         return det
 
 

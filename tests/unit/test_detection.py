@@ -228,6 +228,101 @@ def test_nested_operators_equal_the_oracle(scenario: Any) -> None:
     assert det.stats.expired == ref.expired
 
 
+# the shapes with their own loop in ``advance``: and/seq of two leaves, or of leaves
+LOOP_TREES = (
+    *(_tree({"op": op, "within_ms": w, "children": ["a = 1", "b = 1"]}) for op in ("and", "seq") for w in (1, 3, 6)),
+    _tree({"op": "or", "children": ["a = 1", "b = 1", "c = 1"]}),
+    _tree({"op": "or", "children": ["a = 1"]}),
+)
+
+
+def _feed(det: CompositeDetector, chunk: list[tuple[str, str, int]], per_leaf: bool) -> None:
+    """``chunk`` of subscription "c" as ``update`` takes it, or leaf by leaf as ``update_leaf``."""
+    if not per_leaf:
+        det.update([("c", leaf, e, t) for leaf, e, t in chunk])
+        return
+    for leaf in sorted({leaf for leaf, _, _ in chunk}):
+        mine = [(e, t) for other, e, t in chunk if other == leaf]
+        det.update_leaf("c", leaf, [e for e, _ in mine], [t for _, t in mine])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(LOOP_TREES), st.data())
+def test_the_shapes_with_their_own_loop_equal_the_oracle(tree: CompositeTree, data: st.DataObject) -> None:
+    matches = data.draw(component_matches(tree, max_events=30, max_time=25), label="matches")
+    plan = data.draw(out_of_order_deliveries(matches), label="plan")
+    k = data.draw(st.sampled_from((1, 2, 3, 1000)), label="K")
+    det = CompositeDetector(DetectorConfig(max_instances=k))
+    det.add("c", tree, "u")
+    got: list[DetectionRecord] = []
+    for chunk, wm in plan:
+        _feed(det, chunk, data.draw(st.booleans(), label="per leaf"))
+        got.extend(det.advance(wm))
+        assert all(n <= k for counts in det.stored_counts("c").values() for n in counts)
+        if data.draw(st.booleans(), label="save and restore"):
+            det = CompositeDetector.from_bytes(det.to_bytes(), det.config)
+    got.extend(det.advance(FAR))
+    ref = detect_reference(tree, matches, max_instances=k)
+    assert [_components(r) for r in got] == ref.detections
+    assert (det.stats.expired, det.stats.evicted, det.stats.stored) == (ref.expired, ref.evicted, 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from((AND, SEQ3, *LOOP_TREES)), st.data())
+def test_update_leaf_is_update_of_each_match(tree: CompositeTree, data: st.DataObject) -> None:
+    matches = data.draw(component_matches(tree), label="matches")
+    watermark = data.draw(st.integers(-1, 21), label="watermark first")
+    unknown = data.draw(st.sampled_from(("L9", "nope")), label="unknown")
+    twins = [CompositeDetector(), CompositeDetector()]
+    for det in twins:
+        det.add("c", tree, "u")
+        det.advance(watermark)
+    twins[0].update([("c", leaf, e, t) for leaf, e, t in matches])
+    twins[0].update([("c" if unknown == "L9" else unknown, "L9" if unknown == "L9" else "L1", "x", t) for t in (0, 30)])
+    _feed(twins[1], matches, per_leaf=True)
+    if unknown == "L9":
+        twins[1].update_leaf("c", "L9", ["x", "x"], [0, 30])
+    else:
+        twins[1].update_leaf(unknown, "L1", ["x", "x"], [0, 30])
+    assert twins[0].stats == twins[1].stats
+    assert twins[0].advance(FAR) == twins[1].advance(FAR)
+    with pytest.raises(ValueError, match="2 event ids but 1 event times"):
+        twins[1].update_leaf("c", "L1", ["a", "b"], [1])
+
+
+def test_detections_are_kept_compact_until_asked_for() -> None:
+    det = CompositeDetector()
+    det.add("s", AND, "u1")
+    det.add("o", _tree({"op": "or", "children": ["a = 1", "b = 1"]}), "u2")
+    det.add("n", _tree({"op": "and", "within_ms": 5, "children": ["a = 1", {"op": "or", "children": ["b=1", "c=1"]}]}))
+    det.update(
+        [("s", "L1", "a", 1), ("s", "L2", "b", 2), ("o", "L2", "x", 3), ("n", "L3", "y", 4), ("n", "L1", "z", 4)]
+    )
+    found = det.advance_rows(10)
+    assert len(found) == 3 and [len(b) for b in found.blocks] == [1, 1, 1]
+    assert [(src.subscription_id, at, comps) for src, at, comps in found.rows()] == [
+        ("s", 2, ((0, "a", 1), (1, "b", 2))),
+        ("o", 3, ((1, "x", 3),)),
+        ("n", 4, ((0, "z", 4), (2, "y", 4))),
+    ]
+    assert (
+        found.ids()
+        == [r["detection_id"] for r in found]
+        == [
+            detection_id(
+                r["subscription_id"], [c["leaf"] for c in r["components"]], [c["event_id"] for c in r["components"]]
+            )
+            for r in found
+        ]
+    )
+    assert found == list(found) and found[1:] == found.records()[1:] and found != "x"
+    assert found[2]["components"] == [
+        {"leaf": "0", "event_id": "z", "published_at": 4},
+        {"leaf": "1.1", "event_id": "y", "published_at": 4},
+    ]
+    assert det.advance_rows(10) == [] and len(det.advance_rows(11)) == 0
+
+
 def test_and_and_seq_skip_a_recent_partner_that_started_too_early() -> None:
     for op in ("and", "seq"):
         inner = {"op": "and", "within_ms": 5, "children": ["a = 1", "b = 1"]}
@@ -320,10 +415,10 @@ def test_replace_with_an_equal_tree_keeps_state_and_another_resets_it() -> None:
     det.add("c", parse_composite({"op": "and", "within_ms": 10, "children": ["a=1", "b  = 1"]}), "u")
     assert det.stats.stored == 1
     det.update([("c", "L2", "x", 2)])  # pending when the next replacement comes
-    det.add("c", AND, "u2")
-    assert det.stats.stored == 0 and det.stats.dropped_removed == 1
+    det.add("c", AND, "u2")  # drops the stored a and the pending x (it belonged to the old one)
+    assert det.stats.stored == 0 and det.stats.pending == 0 and det.stats.dropped_removed == 2
     det.update([("c", "L2", "b", 3)])
-    assert det.advance(5) == [] and det.stats.dropped_removed == 2  # x belonged to the old one
+    assert det.advance(5) == [] and det.stats.dropped_removed == 2
     det.remove("c")
     assert "c" not in det and len(det) == 0 and det.stats.dropped_removed == 3
     with pytest.raises(KeyError):

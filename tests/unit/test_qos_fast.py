@@ -8,19 +8,24 @@
   matches, the route from the publisher's home broker found by breadth-first search, its link
   and broker delays convolved on a grid of the test's own;
 - the bulk matching (``FilterMatcher.match_many``) against the matcher called pair by pair, and
-  the route tree against the dense routes the simulator uses.
+  the route tree against the dense routes the simulator uses;
+- the p95 search with its other paths (a link-atom layout per broker, other coarse steps and
+  windows, brackets that end too early) against the reference and the default path, and the
+  wait pmfs against the gamma cdf worked out on every point.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import special
 
 from routing import qos
 from routing.distributions import parse_distribution
@@ -170,6 +175,81 @@ def test_a_short_first_guess_of_the_p95_pass_is_redone_on_the_whole_grid(monkeyp
     again = qos.predict(system)
     for sid, s in expected.subscribers.items():
         assert again.subscribers[sid].p95_delay_ms == pytest.approx(s.p95_delay_ms, rel=1e-12)
+
+
+def p95s(prediction: qos.Prediction) -> dict[str, float | None]:
+    return {sid: s.p95_delay_ms for sid, s in prediction.subscribers.items()}
+
+
+def assert_same_p95s(got: qos.Prediction, expected: qos.Prediction) -> None:
+    for sid, value in p95s(expected).items():
+        other = got.subscribers[sid].p95_delay_ms
+        assert (other is None) == (value is None), sid
+        if value is not None:
+            assert other == pytest.approx(value, rel=1e-12), sid
+
+
+P95_SYSTEMS = [
+    diamond(),
+    reliability_tree_system(3, brokers=12, subscribers=60, ms_per_subscription=1.0),
+    reliability_tree_system(4, brokers=20, subscribers=200, link_scv=4.0, ms_per_subscription=0.5),
+]
+
+
+@pytest.mark.parametrize("system", P95_SYSTEMS)
+def test_p95_with_a_link_atom_layout_per_broker_equals_the_reference(
+    monkeypatch: pytest.MonkeyPatch, system: dict[str, Any]
+) -> None:
+    monkeypatch.setattr(qos, "_P95_SHARED_ATOMS", 0)  # as for too many distinct subscriber links
+    assert_same_prediction(qos.predict(system), qos.predict_reference(system))
+
+
+@pytest.mark.parametrize(("coarse", "chunk"), [(1, 1), (7, 3), (1000, 10**6)])
+def test_the_p95_search_steps_do_not_change_the_quantiles(
+    monkeypatch: pytest.MonkeyPatch, coarse: int, chunk: int
+) -> None:
+    for system in P95_SYSTEMS:
+        expected = qos.predict(system)
+        with monkeypatch.context() as m:
+            m.setattr(qos, "_P95_COARSE", coarse)  # cells between the first reads of M
+            m.setattr(qos, "_P95_CHUNK", chunk)  # subscribers per window of M
+            assert_same_p95s(qos.predict(system), expected)
+
+
+@pytest.mark.parametrize("bracket_end", ["too early", "last valid cell"])
+def test_p95_brackets_that_end_early_are_searched_again(monkeypatch: pytest.MonkeyPatch, bracket_end: str) -> None:
+    """The search's upper bracket comes from q_cell and q_mass; where G is still below its
+    target there, the broker is searched again up to its last valid cell, and a bracket that
+    ends at that cell covers everything: either way the quantiles stay the same."""
+    bulk = qos._batch_bulk
+
+    def moved(*args: Any) -> tuple[np.ndarray, np.ndarray]:
+        q_cell, q_mass = bulk(*args)
+        if bracket_end == "too early":
+            return np.zeros_like(q_cell), np.ones_like(q_mass)
+        return q_cell + 10**6, q_mass
+
+    for system in P95_SYSTEMS:
+        expected = qos.predict(system)
+        with monkeypatch.context() as m:
+            m.setattr(qos, "_batch_bulk", moved)
+            assert_same_p95s(qos.predict(system), expected)
+
+
+@pytest.mark.parametrize("cd2", [0.05, 0.5, 1.0, 3.0])
+@pytest.mark.parametrize("sigma", [0.001, 0.5, 0.999])
+def test_wait_pmfs_equal_the_gamma_cdf_differences(cd2: float, sigma: float) -> None:
+    """The wait pmfs skip the incomplete gamma function where the cdf rounds to 1 and use e^-x
+    for shape 1: the same masses as the cdf worked out everywhere, to rounding."""
+    grid = qos.Grid(step=0.5, n=2048)
+    wait = qos.WaitModel(mean=3.0, sigma=sigma, cd2=cd2)
+    ev = SimpleNamespace(_waits={})
+    got = qos._Evaluator._wait_pmfs(ev, grid, [wait], np.array([grid.n]))[0]  # type: ignore[arg-type]
+    edges = np.maximum((np.arange(grid.n + 1) - 0.5) * grid.step, 0.0)
+    shape, scale = 1.0 / cd2, 3.0 / sigma * cd2
+    cdf = 1.0 - sigma * special.gammaincc(shape, edges / scale)
+    cdf[0] = 0.0
+    assert np.max(np.abs(got - np.maximum(np.diff(cdf), 0.0))) < 1e-15
 
 
 def test_compiled_and_dense_inputs_give_the_same_prediction() -> None:
