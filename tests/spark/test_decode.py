@@ -36,7 +36,9 @@ def _hand_made_inputs() -> list[tuple[str, bytes | None]]:
         out.append(("siftstream.events.v1", corrupt(kind, rng, events[20 + i % 20])[0]))
     out.append(("siftstream.events.v1", None))  # a tombstone on a non-table topic is bad
     # names that join into a valid-looking list: the JVM joins keys with \x01 before its regex
-    for extra in ({"a\x01b": 1}, {"a": 1, "b\x01": 2.0}):
+    # and names at the edges of the name class, which the JVM tests as [\w.] (ASCII only)
+    odd = ({"\u00e9": 1}, {"a\u00df": 1.5}, {"a\u0663": 1}, {"1a": 1}, {".a": 1}, {"a b": 1}, {"a.b_9": 1, "_Z": 2.0})
+    for extra in ({"a\x01b": 1}, {"a": 1, "b\x01": 2.0}, *odd):
         bad_names = {**events[0], "attributes": {**events[0]["attributes"], **extra}}
         out.append(("siftstream.events.v1", codec_for("Event").encode(bad_names)))
     sub = codec_for("Subscription")
