@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import deque
 from types import SimpleNamespace
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 from scipy import special
 
 from routing import qos
-from routing.distributions import parse_distribution
+from routing.distributions import Exponential, Gamma, Lognormal, parse_distribution
 from routing.simulation import (
     compile_routes,
     compile_system,
@@ -250,6 +251,46 @@ def test_wait_pmfs_equal_the_gamma_cdf_differences(cd2: float, sigma: float) -> 
     cdf = 1.0 - sigma * special.gammaincc(shape, edges / scale)
     cdf[0] = 0.0
     assert np.max(np.abs(got - np.maximum(np.diff(cdf), 0.0))) < 1e-15
+
+
+def test_cdf_table_rows_in_blocks_equal_the_whole_table_expression() -> None:
+    """_CdfTable.rows works the closed forms out in place, block by block: the same bits as one
+    expression over the whole table (several blocks here, kinds mixed and unmixed, cells <= 0)."""
+    rng = np.random.default_rng(5)
+    means, cvs = rng.uniform(1, 200, 150), rng.uniform(0.1, 2, 150)
+    logn = [Lognormal(float(m), float(c)) for m, c in zip(means, cvs, strict=True)]
+    expo = [Exponential(float(m)) for m in rng.uniform(1, 200, 150)]
+    x = np.concatenate(([-1.0, 0.0], np.linspace(0.5, 900.0, 498)))
+    xs = x[None, :]
+    for dists in (logn, expo, logn + expo + [Gamma(2.0, 3.0)]):
+        table = qos._CdfTable(dists)
+        rows = np.arange(len(dists))[::-1].copy()
+        got = table.rows(rows, x)
+        for i, r in enumerate(rows.tolist()):
+            if table.kind[r] == 2:
+                with np.errstate(divide="ignore"):
+                    z = (np.log(np.maximum(xs, 0.0)) - table.a[r]) / table.b[r]
+                want = np.where(xs > 0.0, special.ndtr(z), 0.0)[0]
+            elif table.kind[r] == 1:
+                want = np.where(xs > 0.0, -np.expm1(-np.maximum(xs, 0.0) / table.a[r]), 0.0)[0]
+            else:
+                want = dists[r].cdf(x)
+            assert np.array_equal(got[i], want), (r, table.kind[r])
+
+
+def test_allocation_settings_are_restored_after_a_prediction() -> None:
+    """predict pauses the collector and numpy's huge-page requests, then restores both."""
+    hugepages = np._core.multiarray._set_madvise_hugepage
+    before = hugepages(True)
+    try:
+        qos.predict(diamond())
+        assert gc.isenabled() and hugepages(True) is True
+        gc.disable()
+        qos.predict(diamond())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        hugepages(before)
 
 
 def test_compiled_and_dense_inputs_give_the_same_prediction() -> None:
