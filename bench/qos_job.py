@@ -18,6 +18,7 @@ Run: ``.venv/bin/python bench/qos_job.py [--rate 100] [--seconds 300] [--per-bat
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -88,9 +89,11 @@ def main() -> int:
             available_now=True,
             max_offsets_per_trigger=args.per_batch,
         )
+        load = os.getloadavg()[0]
         t0 = time.perf_counter()
         history = run(spark, cfg, quiet=True)
         wall = time.perf_counter() - t0
+        load = (load, os.getloadavg()[0])  # the machine is shared: numbers depend on it
         spark.stop()
     n = [sum(b.records.values()) for b in history]
     half = history[len(history) // 2 :]
@@ -108,11 +111,13 @@ def main() -> int:
         f"(target: 100,000 telemetry records/s); median batch: read+decode "
         f"{statistics.median(b.decode_ms for b in half):,.0f} ms, collect "
         f"{statistics.median(b.collect_ms for b in half):,.0f} ms, monitor "
-        f"{statistics.median(b.step_ms for b in half):,.0f} ms, write "
+        f"{statistics.median(b.step_ms for b in half):,.0f} ms (of which reports "
+        f"{statistics.median(b.extra['report_ms'] for b in half):,.0f} ms), write "
         f"{statistics.median(b.write_ms for b in half):,.0f} ms, "
         f"total {statistics.median(b.duration_ms for b in half):,.0f} ms"
     )
     print(f"  batches (records, ms): {[(x, round(b.duration_ms)) for x, b in zip(n, history, strict=True)]}")
+    print(f"  load average (1 min) at the job's start and end: {load[0]:.1f}, {load[1]:.1f} on {os.cpu_count()} CPUs")
     return 0
 
 

@@ -48,6 +48,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from routing import qos
+from routing.distributions import Distribution, Empirical, parse_distribution
 from routing.estimation import EstimationConfig, TelemetryEstimator, pack_documents, unpack_documents
 from routing.matching import MatchIndex
 from routing.subscriptions import SubscriptionRecord, plan_change
@@ -121,6 +122,28 @@ def _scale(dist: dict[str, Any], factor: float) -> None:
     for key in ("mean", "value", "low", "high"):
         if key in dist:
             dist[key] = dist[key] * factor
+
+
+class _Empirical(Empirical):
+    """An :class:`~routing.distributions.Empirical` that computes each moment once, by the same
+    arithmetic: the predictor reads every distribution's mean, variance and third moment many
+    times, each a Python sum over up to ``max_points`` values (a third of a redraw's time)."""
+
+    def _moment(self, k: int) -> float:
+        cache: dict[int, float] = self.__dict__.setdefault("_moments", {})  # frozen: no setattr
+        if k not in cache:
+            cache[k] = super()._moment(k)
+        return cache[k]
+
+
+def _scaled(dist: Mapping[str, Any], factor: float) -> Distribution:
+    """``parse_distribution`` of the DIST ``dist`` scaled by ``factor`` (:func:`_scale`), built
+    directly for an empirical one (its values are finite and its probabilities checked already)."""
+    scaled = dict(dist)
+    _scale(scaled, factor)
+    if scaled.get("kind") == "empirical":
+        return _Empirical(tuple(float(v) for v in scaled["values"]), tuple(float(p) for p in scaled["probs"]))
+    return parse_distribution(scaled)
 
 
 def _num(x: float | None) -> float | None:
@@ -329,7 +352,9 @@ class QosMonitor:
             node = f"sub:{sid}"
             model[node] = wish
             subs.append({"id": node, "broker": home, "filter": wish.filter})
-            links.append(dict(link, to=node))
+            # its own DIST: a bootstrap redraw scales each link's delay in place, and one DIST shared
+            # by a subscriber's model links was scaled once per link (compounded)
+            links.append(dict(link, to=node, delay_ms=dict(link["delay_ms"])))
         return dict(system, links=links, subscribers=subs), model
 
     def report(self, window_end_ms: int) -> tuple[list[dict[str, Any]], list[str]]:
@@ -342,9 +367,10 @@ class QosMonitor:
         problems: list[str] = [f"no data: {line}" for line in estimated.no_data]
         if system["publishers"] and system["subscribers"]:
             try:
-                prediction = qos.predict(system, model=self.config.model)
+                compiled = qos.compile_prediction(system)  # once: the redraws change no filter or route
+                prediction = qos.predict(system, model=self.config.model, compiled=compiled)
                 if self.config.bootstrap and self.config.model == "gg1":
-                    prediction = self._bootstrap(system, prediction, window_end_ms)
+                    prediction = self._bootstrap(system, prediction, window_end_ms, compiled)
             except ValueError as exc:
                 problems.append(f"prediction skipped: {exc}")
         records = [self._subscriber_report(s, window_end_ms, prediction, model) for s in self._owners()]
@@ -353,7 +379,9 @@ class QosMonitor:
             problems += [w for w in prediction.warnings if "no publisher's content" not in w]
         return records, problems
 
-    def _bootstrap(self, system: dict[str, Any], prediction: qos.Prediction, end: int) -> qos.Prediction:
+    def _bootstrap(
+        self, system: dict[str, Any], prediction: qos.Prediction, end: int, compiled: qos.CompiledSystem | None = None
+    ) -> qos.Prediction:
         """Widen each R'_s interval by the uncertainty of the estimated inputs (QUEUEING-NOTES
         §4.5, parametric bootstrap): ``bootstrap`` predictions from inputs redrawn as their
         estimation error allows, the interval then covering their 5-95% range as well.
@@ -363,7 +391,35 @@ class QosMonitor:
         relative standard error of a mean); each link's reliability from its Jeffreys posterior
         Beta(k + 1/2, n - k + 1/2). The draws are seeded by the window's end, so a replayed batch
         reports the same interval.
+
+        With ``compiled`` (``system`` compiled by :func:`routing.qos.compile_prediction`), each
+        redraw replaces only the redrawn distributions and reliabilities of the compiled overlay
+        and reuses its matching and routes (:meth:`_redraws`); without it every redraw is a new
+        document predicted from scratch (:meth:`_redraws_reference`, the oracle of the parity
+        test). Both draw the same numbers in the same order and give the same interval.
         """
+        if compiled is None:
+            draws = self._redraws_reference(system, end)
+        else:
+            draws = self._redraws(system, end, compiled)
+        if not draws:
+            return prediction
+        subscribers = {}
+        for sid, sp in prediction.subscribers.items():
+            values = np.array([d[sid] for d in draws if sid in d])
+            if sp.reliability is None or len(values) < 2 or sp.reliability_low is None or sp.reliability_high is None:
+                subscribers[sid] = sp
+                continue
+            lo, hi = np.percentile(values, [5.0, 95.0])
+            subscribers[sid] = dataclasses.replace(
+                sp,
+                reliability_low=min(sp.reliability_low, float(lo)),
+                reliability_high=max(sp.reliability_high, float(hi)),
+            )
+        return dataclasses.replace(prediction, subscribers=subscribers)
+
+    def _redraws_reference(self, system: dict[str, Any], end: int) -> list[dict[str, float]]:
+        """The bootstrap's predictions, each from a redrawn copy of the whole document."""
         rng = np.random.default_rng(end)
         end_ms = float(end)
         draws: list[dict[str, float]] = []
@@ -396,21 +452,74 @@ class QosMonitor:
             except ValueError:
                 continue
             draws.append({k: v.reliability for k, v in redrawn.subscribers.items() if v.reliability is not None})
-        if not draws:
-            return prediction
-        subscribers = {}
-        for sid, sp in prediction.subscribers.items():
-            values = np.array([d[sid] for d in draws if sid in d])
-            if sp.reliability is None or len(values) < 2 or sp.reliability_low is None or sp.reliability_high is None:
-                subscribers[sid] = sp
+        return draws
+
+    def _redraws(self, system: dict[str, Any], end: int, compiled: qos.CompiledSystem) -> list[dict[str, float]]:
+        """:meth:`_redraws_reference` on the compiled overlay: the estimates are read once, and a
+        redraw swaps the redrawn distributions (scaled as :func:`_scale` scales their DIST) and
+        reliabilities into a copy of the overlay (no deep copy, no validation, no matching)."""
+        rng = np.random.default_rng(end)
+        end_ms = float(end)
+        ov = compiled.overlay
+        pub_at = {pid: i for i, pid in enumerate(ov.publisher_ids)}
+        broker_at = {bid: i for i, bid in enumerate(ov.broker_ids)}
+        link_at = {pair: i for i, pair in enumerate(zip(ov.link_from, ov.link_to, strict=True))}
+        # (overlay index, DIST, sd of the log factor) per redrawn mean, in the reference's order
+        pubs: list[tuple[int, dict[str, Any], float]] = []
+        for p in system["publishers"]:
+            est = self.estimator.publisher(p["id"], end_ms)
+            if est is not None and est.gaps > 1 and "mean" in p["interarrival_ms"]:
+                scv = max(est.interarrival_scv, 1e-3)
+                pubs.append((pub_at[p["id"]], p["interarrival_ms"], math.sqrt(scv / est.gaps)))
+        brokers: list[tuple[int, dict[str, Any], float]] = []
+        for b in system["brokers"]:
+            est_b = self.estimator.broker(b["id"], end_ms)
+            if est_b is not None and est_b.arrivals > 1:
+                brokers.append((broker_at[b["id"]], b["service_ms"], math.sqrt(est_b.service_scv / est_b.arrivals)))
+        # per link: (index, DIST, sd or None, Beta parameters or None)
+        links: list[tuple[int, dict[str, Any], float | None, tuple[float, float] | None]] = []
+        estimates: dict[str, Any] = {}
+        for link in system["links"]:
+            real_to = self._owner_of(link["to"][4:]) if link["to"].startswith("sub:") else link["to"]
+            key = f"{link['from']}->{real_to}"
+            if key not in estimates:
+                estimates[key] = self.estimator.link(key, end_ms)
+            est_l = estimates[key]
+            if est_l is None:
                 continue
-            lo, hi = np.percentile(values, [5.0, 95.0])
-            subscribers[sid] = dataclasses.replace(
-                sp,
-                reliability_low=min(sp.reliability_low, float(lo)),
-                reliability_high=max(sp.reliability_high, float(hi)),
+            sd = math.sqrt(1.0 / est_l.delivered) if est_l.delivered > 1 and est_l.delay is not None else None
+            loss = est_l.loss
+            beta = (loss.received + 0.5, max(loss.expected - loss.received, 0) + 0.5) if loss.expected > 0 else None
+            links.append((link_at[(link["from"], link["to"])], link["delay_ms"], sd, beta))
+        draws: list[dict[str, float]] = []
+        for _ in range(self.config.bootstrap):
+            interarrival = list(ov.interarrival)
+            service = list(ov.service)
+            delay = list(ov.link_delay)
+            reliability = np.array(ov.link_reliability, dtype=np.float64, copy=True)
+            for i, dist, sd in pubs:
+                interarrival[i] = parse_distribution(dict(dist, mean=dist["mean"] * math.exp(rng.normal(0.0, sd))))
+            for i, dist, sd in brokers:
+                service[i] = _scaled(dist, math.exp(rng.normal(0.0, sd)))
+            for i, dist, sd_l, beta in links:
+                if sd_l is not None:
+                    delay[i] = _scaled(dist, math.exp(rng.normal(0.0, sd_l)))
+                if beta is not None:
+                    reliability[i] = float(rng.beta(*beta))
+            overlay = dataclasses.replace(
+                ov,
+                interarrival=tuple(interarrival),
+                service=tuple(service),
+                link_delay=tuple(delay),
+                link_reliability=reliability,
             )
-        return dataclasses.replace(prediction, subscribers=subscribers)
+            redrawn_system = qos.CompiledSystem(overlay, compiled.matching, compiled.routes)
+            try:
+                redrawn = qos.predict({}, model=self.config.model, compiled=redrawn_system)
+            except ValueError:
+                continue
+            draws.append({k: v.reliability for k, v in redrawn.subscribers.items() if v.reliability is not None})
+        return draws
 
     def _owners(self) -> list[str]:
         return sorted({w.subscriber_id for w in self.wishes.values()})

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from producers import overlay
+from routing import qos
+from routing.distributions import parse_distribution
 from routing.estimation import EstimationConfig
-from routing.qos_monitor import MonitorConfig, QosMonitor
+from routing.qos_monitor import MonitorConfig, QosMonitor, _scale, _scaled
 from routing.simulation import SimulationResult, reliability_tree_system
 from routing.subscriptions import SubscriptionRecord
 
@@ -204,3 +206,53 @@ def test_bootstrap_intervals_cover_the_truth(run: tuple[dict[str, Any], Simulati
                 covered.append(r["reliability_low"] - band <= truth.reliability <= r["reliability_high"] + band)
             assert np.mean(covered) >= 0.85, covered
     assert widths[20] > widths[0]
+
+
+def test_bootstrap_on_the_compiled_overlay_matches_the_reference(
+    run: tuple[dict[str, Any], SimulationResult],
+) -> None:
+    """The fast redraws (the compiled overlay with the redrawn distributions swapped in) draw the
+    same numbers and give the very same predictions as the reference (a redrawn document each,
+    predicted from scratch), also for a subscriber with two subscriptions."""
+    system, result = run
+    monitor = QosMonitor(config(bootstrap=4))
+    setup(monitor, system, min_reliability=0.9)
+    owner = system["subscribers"][0]
+    extra = SubscriptionRecord(key="extra", op="subscribe", subscription_id="extra", filter=owner["filter"])
+    assert monitor.apply_subscriptions([extra], [{"subscriber_id": owner["id"], "broker": owner["broker"]}]) == []
+    feed(monitor, system, result, -20_000.0, 120_000.0)
+    end = monitor.last_report_ms
+    assert end is not None
+    estimated = monitor.estimator.to_system(monitor.system(), float(end))
+    expanded, model = monitor._expand(estimated.system)
+    assert sum(1 for wish in model.values() if wish.subscriber_id == owner["id"]) == 2
+    compiled = qos.compile_prediction(expanded)
+    fast = monitor._redraws(expanded, end, compiled)
+    reference = monitor._redraws_reference(expanded, end)
+    assert len(fast) == 4
+    assert fast == reference
+    point = qos.predict(expanded, model="gg1", compiled=compiled)
+    assert point == qos.predict(expanded, model="gg1")
+    assert monitor._bootstrap(expanded, point, end, compiled) == monitor._bootstrap(expanded, point, end)
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [
+        {"kind": "empirical", "values": [0.0, 1.5, 4.0], "probs": [0.25, 0.5, 0.25]},
+        {"kind": "gamma", "mean": 3.0, "cv": 0.5},
+        {"kind": "deterministic", "value": 2.0},
+        {"kind": "uniform", "low": 1.0, "high": 3.0},
+    ],
+)
+def test_scaled_distribution_is_the_parsed_scaled_dist(dist: dict[str, Any]) -> None:
+    got = _scaled(dist, 1.7)
+    scaled = dict(dist)
+    _scale(scaled, 1.7)
+    want = parse_distribution(scaled)
+    assert isinstance(got, type(want))
+    assert (got.mean, got.variance, got.third_moment) == (want.mean, want.variance, want.third_moment)
+    assert np.array_equal(got.cdf([0.0, 2.0, 5.0]), want.cdf([0.0, 2.0, 5.0]))
+    before = {k: list(v) if isinstance(v, list) else v for k, v in dist.items()}
+    _scaled(dist, 3.0)
+    assert dist == before  # the DIST itself is not changed
