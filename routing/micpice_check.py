@@ -137,6 +137,8 @@ def check_plan(instance: Instance, plan: Plan, tol: float = 1e-9) -> PlanCheck:
             problems.append(f"{name}: unknown event {e}")
         elif events[e].publisher is not None:
             problems.append(f"{name}: {e} is a primitive event, published by {events[e].publisher}, not generated")
+        elif instance.composers is not None and v not in instance.composers:
+            problems.append(f"{name}: {v} is not among the nodes allowed to generate composites")
         else:
             generations.append((v, e))
 
@@ -263,7 +265,8 @@ def _infeasibility(instance: Instance) -> list[str]:
     while todo:
         u, e = todo.pop()
         found = [(v, e) for v in out.get(u, ()) if (u, v, e) not in instance.forbidden]
-        found += [(u, c) for c in users.get(e, ()) if all((u, d) in held for d in events[c].components)]
+        if instance.composers is None or u in instance.composers:
+            found += [(u, c) for c in users.get(e, ()) if all((u, d) in held for d in events[c].components)]
         for item in found:
             if item not in held:
                 held.add(item)

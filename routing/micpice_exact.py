@@ -260,7 +260,7 @@ class _Model:
                 possible[e] = self._reach(e, [ev.publisher], forward=True)
             else:
                 sets = [possible[d] for d in ev.components]
-                can_generate[e] = set.intersection(*sets) if sets else set()
+                can_generate[e] = {v for v in set.intersection(*sets) if inst.can_compose(v)} if sets else set()
                 possible[e] = self._reach(e, can_generate[e], forward=True)
         return possible, can_generate
 
@@ -358,7 +358,9 @@ def _needed(instance: Instance, eta: set[Transmission]) -> tuple[tuple[Transmiss
         if ev.publisher is not None:
             roots = [ev.publisher]
         else:
-            roots = sorted(v for v in instance.roles if all((v, d) in parent for d in ev.components))
+            roots = sorted(
+                v for v in instance.roles if instance.can_compose(v) and all((v, d) in parent for d in ev.components)
+            )
         queue = deque(roots)
         for v in roots:
             parent[(v, e)] = None

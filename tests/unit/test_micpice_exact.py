@@ -20,7 +20,8 @@ TOL = 1e-6  # HiGHS proves optimality up to its absolute gap (1e-6)
 def brute_force_cost(instance: Instance) -> float | None:
     """The optimum by enumerating every subset of the policy-allowed (link, event) pairs.
 
-    Generation is free, so a composite is available wherever all its components are; availability
+    Generation is free, so a composite is available wherever all its components are (at the nodes
+    allowed to generate composites, ``instance.composers``); availability
     is a fixpoint from the publishers over the chosen transmissions. Subsets are tried in order
     of cost; the first that serves every interest is optimal. None when none does.
     """
@@ -37,6 +38,7 @@ def brute_force_cost(instance: Instance) -> float | None:
     for j in range(m):
         total += np.where(masks & (1 << j), costs[j], 0.0)
     wanted = [(bit[s], ev_index[e]) for s, e in instance.interests]
+    composers = sum(bit[v] for v in nodes if instance.can_compose(v))  # where composites may be generated
     for mask in masks[np.argsort(total, kind="stable")]:
         chosen = [pairs[j] for j in range(m) if int(mask) >> j & 1]
         held = [0] * len(order)
@@ -45,7 +47,7 @@ def brute_force_cost(instance: Instance) -> float | None:
             if ev.publisher is not None:
                 held[k] = bit[ev.publisher]
             else:
-                held[k] = (1 << len(nodes)) - 1
+                held[k] = composers
                 for d in ev.components:
                     held[k] &= held[ev_index[d]]
             sends = [(bit[u], bit[v]) for u, v, x in chosen if x == e]
