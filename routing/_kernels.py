@@ -15,9 +15,6 @@ The layout they work on (all arrays owned by ``MatchIndex``; "fid" is a distinct
   ``startswith``/``endswith``/``contains``, integers beyond 2**53 that doubles cannot hold).
 - predicates ``p_code/p_ab[pstart : pstart + pcount]`` (see ``verify``); list literals in ``lit``.
 - subscriptions of a fid: ``members[mstart : mstart + mcount]`` (room for ``mcap``).
-- what matching reads instead, rebuilt after changes (``build_member_csr``): the members packed in
-  fid order, ``m_packed[m_start[f] : m_start[f + 1]]``, and the bitset ``exact`` of the fids whose
-  candidates need no check.
 
 A batch of changes (``MatchIndex.apply``) runs ``same_records`` (is the fid found by a filter's
 hash really that filter?), ``new_records_size`` and ``store_fids`` (the new fids' predicates),
@@ -188,30 +185,6 @@ def verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):  # type: i
 
 
 @njit(cache=True)
-def build_member_csr(n_fids, meta, members, m_start, m_packed, exact):  # type: ignore[no-untyped-def]
-    """The subscriptions of fid ``f`` packed in fid order: ``m_packed[m_start[f] : m_start[f + 1]]``,
-    and ``exact``: a bitset of the fids whose candidates need no check (no ``INEXACT``, ``SLOW``).
-
-    ``match_batch`` reads these instead of ``meta`` and ``members``: a fid costs it 4 bytes of
-    start (the next fid's start is its end) instead of a 24-byte ``meta`` row, and the members of
-    the fids it finds lie in one array in the order it finds them (fewer cache misses).
-    """
-    k = 0
-    for w in range(exact.shape[0]):
-        exact[w] = 0
-    for f in range(n_fids):
-        m_start[f] = k
-        start = meta[f, M_MSTART]
-        count = meta[f, M_MCOUNT]
-        for i in range(count):
-            m_packed[k + i] = members[start + i]
-        k += count
-        if meta[f, M_FLAGS] == 0:
-            exact[f >> 6] |= np.uint64(1) << np.uint64(f & 63)
-    m_start[n_fids] = k
-
-
-@njit(cache=True)
 def match_batch(
     ev_kind,
     ev_val,
@@ -226,14 +199,12 @@ def match_batch(
     n_words,
     block_words,
     meta,
-    exact,
-    m_start,
-    m_packed,
+    members,
     p_code,
     p_ab,
     lit,
     out_offsets,
-    out_counts,
+    out_events,
     out_slots,
     slow_pairs,
     resume,
@@ -241,13 +212,9 @@ def match_batch(
     """Match every event, from the position ``resume = [block, event, matches, slow pairs]``.
 
     The fids are taken ``block_words`` words (64 fids each) at a time, and within a block every
-    event: the block's slice of the rows stays in cache while the events stream by. Per event
-    and block, three passes: the AND of the event's rows, with the set bits turned into a list
-    of the fids that match (``exact`` ones outright, others after ``verify``); the member range
-    of each (``build_member_csr``: independent loads, which the CPU overlaps); the copy of the
-    members. The subscription slots come out block by block, event by event within a block, with
-    ``out_counts[block, event]`` saying how many (with one block they are already grouped by
-    event, and ``out_offsets`` is filled; else ``gather_by_event`` groups them); a slow pair
+    event: the block's slice of the rows, predicates and members stays in cache while the events
+    stream by. Matches come out as ``(event, subscription slot)`` pairs, block by block (with one
+    block they are already grouped by event, and ``out_offsets`` is filled); a slow pair
     ``(event, fid)`` still needs Python's check. Returns True when done; False when a buffer
     filled up, with ``resume`` set to the start of the event that did not fit.
     """
@@ -263,9 +230,6 @@ def match_batch(
             ev_kind, ev_val, ev_delta, e, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, row_of[e]
         )
     acc = np.empty(block_words, dtype=np.uint64)
-    hits = np.empty(block_words * 64, dtype=np.int64)
-    lo = np.empty(block_words * 64, dtype=np.int64)
-    hi = np.empty(block_words * 64, dtype=np.int64)
     cap = out_slots.shape[0]
     scap = slow_pairs.shape[0]
     one = np.uint64(1)
@@ -276,76 +240,55 @@ def match_batch(
         w0 = b * block_words
         m = min(w0 + block_words, n_words) - w0
         e_start = resume[1] if b == resume[0] else 0
-        ex = exact[w0 : w0 + m]
         for e in range(e_start, n):
+            k_event = k
+            ns_event = ns
             acc_m = acc[:m]  # 1-D views let LLVM vectorize the AND (2-D indexing runs 4x slower)
             acc_m[:] = rows[row_of[e, 0], w0 : w0 + m]
             for a in range(1, n_attr):
                 src = rows[row_of[e, a], w0 : w0 + m]
                 for j in range(m):
                     acc_m[j] &= src[j]
-            # pass 1: the matching fids
-            nh = 0
-            ns_event = ns
+            full = False
             for j in range(m):
                 x = acc_m[j]
-                if x == 0:
-                    continue
-                base = (w0 + j) * 64
-                y = x & ex[j]  # decisive: matches outright
-                while y != 0:
-                    low = y & (~y + one)
-                    hits[nh] = base + _DEBRUIJN[np.int64((low * _MAGIC) >> np.uint64(58))]
-                    nh += 1
-                    y ^= low
-                y = x & ~ex[j]
-                while y != 0:
-                    low = y & (~y + one)
-                    f = base + _DEBRUIJN[np.int64((low * _MAGIC) >> np.uint64(58))]
-                    y ^= low
-                    flags = meta[f, M_FLAGS]
-                    if flags & INEXACT:
-                        if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
+                while x != 0:
+                    low = x & (~x + one)
+                    f = (w0 + j) * 64 + _DEBRUIJN[np.int64((low * _MAGIC) >> np.uint64(58))]
+                    x ^= low
+                    mf = meta[f]
+                    flags = mf[M_FLAGS]
+                    if flags != 0:
+                        if flags & INEXACT:
+                            if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
+                                continue
+                        if flags & SLOW:
+                            if ns >= scap:
+                                full = True
+                                break
+                            slow_pairs[ns, 0] = e
+                            slow_pairs[ns, 1] = f
+                            ns += 1
                             continue
-                    if flags & SLOW:
-                        if ns >= scap:
-                            resume[0] = b
-                            resume[1] = e
-                            resume[2] = k
-                            resume[3] = ns_event
-                            return False
-                        slow_pairs[ns, 0] = e
-                        slow_pairs[ns, 1] = f
-                        ns += 1
-                        continue
-                    hits[nh] = f
-                    nh += 1
-            if nh == 0:  # the common case in blocks of a large index
-                out_counts[b, e] = 0
-                if single:
-                    out_offsets[e + 1] = k
-                continue
-            # pass 2: their member ranges
-            total = 0
-            for i in range(nh):
-                f = hits[i]
-                s = m_start[f]
-                t = m_start[f + 1]
-                lo[i] = s
-                hi[i] = t
-                total += t - s
-            if k + total > cap:
+                    start = mf[M_MSTART]
+                    count = mf[M_MCOUNT]
+                    if k + count > cap:
+                        full = True
+                        break
+                    if not single:
+                        for i in range(count):
+                            out_events[k + i] = e
+                    for i in range(count):
+                        out_slots[k + i] = members[start + i]
+                    k += count
+                if full:
+                    break
+            if full:
                 resume[0] = b
                 resume[1] = e
-                resume[2] = k
+                resume[2] = k_event
                 resume[3] = ns_event
                 return False
-            # pass 3: the members
-            out_counts[b, e] = total
-            for i in range(nh):
-                for q in range(lo[i], hi[i]):
-                    out_slots[k] = m_packed[q]
-                    k += 1
             if single:
                 out_offsets[e + 1] = k
     resume[2] = k
@@ -354,38 +297,19 @@ def match_batch(
 
 
 @njit(cache=True)
-def gather_by_event(out_counts, out_slots, offsets, slots):  # type: ignore[no-untyped-def]
-    """Slots grouped by event (CSR: ``offsets``, ``slots``) from ``match_batch``'s block-by-block
-    output: ``out_counts[b, e]`` slots of event ``e`` in block ``b``, blocks one after another."""
-    n_blocks, n = out_counts.shape
-    offsets[0] = 0
-    for e in range(n):
-        c = 0
-        for b in range(n_blocks):
-            c += out_counts[b, e]
-        offsets[e + 1] = offsets[e] + c
-    src = 0
-    for b in range(n_blocks):
-        for e in range(n):
-            c = out_counts[b, e]
-            dst = offsets[e]
-            slots[dst : dst + c] = out_slots[src : src + c]
-            offsets[e] = dst + c  # the next block's part of e goes after this one
-            src += c
-    for e in range(n, 0, -1):  # offsets[e] now holds where e ends: shift back
-        offsets[e] = offsets[e - 1]
-    offsets[0] = 0
-
-
-@njit(cache=True)
-def ranks_by_event(offsets, slots, rank, out):  # type: ignore[no-untyped-def]
-    """``out[offsets[e] : offsets[e + 1]]``: the ranks of event ``e``'s slots, sorted."""
-    for e in range(offsets.shape[0] - 1):
-        lo = offsets[e]
-        hi = offsets[e + 1]
-        for i in range(lo, hi):
-            out[i] = rank[slots[i]]
-        out[lo:hi].sort()
+def group_by_event(n, out_events, out_slots, k, offsets, slots):  # type: ignore[no-untyped-def]
+    """CSR by event of the first ``k`` pairs (a stable counting sort)."""
+    for i in range(n + 1):
+        offsets[i] = 0
+    for i in range(k):
+        offsets[out_events[i] + 1] += 1
+    for i in range(n):
+        offsets[i + 1] += offsets[i]
+    fill = offsets[:n].copy()
+    for i in range(k):
+        e = out_events[i]
+        slots[fill[e]] = out_slots[i]
+        fill[e] += 1
 
 
 @njit(cache=True)

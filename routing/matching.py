@@ -192,8 +192,8 @@ class Matches:
     def flat_ids(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
         """Every event's ids at once: ``ids[offsets[i]:offsets[i + 1]]`` is ``ids(i)`` as an array.
 
-        Vectorized (each event's slots sorted by their ids' rank in a compiled loop, then the
-        ids looked up by rank in one step), for writers that turn the result into columns.
+        Vectorized (one sort of the whole batch by event, then by the ids' rank), for writers
+        that turn the result into columns.
 
         Examples
         --------
@@ -205,25 +205,22 @@ class Matches:
         ([0, 3, 3, 6], ['a', 'b', 'c', 'a', 'b', 'c'])
         """
         if self._ranker is not None:
-            by_rank, rank = self._ranker()
+            names, rank = self._ranker()
         else:
-            by_rank, rank = _name_ranks(self._names)
-        ranks = np.empty(len(self.slots), dtype=np.int64)
-        K.ranks_by_event(self.offsets, self.slots, rank, ranks)
-        return self.offsets, by_rank[ranks]
+            names, rank = _name_ranks(self._names)
+        events = np.repeat(np.arange(len(self)), self.counts())
+        order = np.lexsort((rank[self.slots], events))
+        return self.offsets, names[self.slots[order]]
 
 
 def _name_ranks(names: Sequence[str | None]) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]:
-    """The names sorted in plain string (code point) order as an object array (None as ""), and
-    each slot's rank in it: ``by_rank[rank[s]]`` is slot ``s``'s name."""
-    arr = [n if n is not None else "" for n in names]
-    # Python's sort: numpy's fixed-width strings would drop trailing NUL characters
-    order = sorted(range(len(arr)), key=arr.__getitem__)
-    by_rank = np.empty(len(arr), dtype=object)
-    by_rank[:] = [arr[i] for i in order]
+    """The names as an object array, and each one's rank in plain string (code point) order."""
+    arr = np.empty(len(names), dtype=object)
+    arr[:] = [n if n is not None else "" for n in names]
     rank = np.empty(len(arr), dtype=np.int64)
-    rank[order] = np.arange(len(arr))
-    return by_rank, rank
+    # Python's sort: numpy's fixed-width strings would drop trailing NUL characters
+    rank[sorted(range(len(arr)), key=arr.__getitem__)] = np.arange(len(arr))
+    return arr, rank
 
 
 class BruteForceIndex:
@@ -387,8 +384,6 @@ class MatchIndex:
 
     cache_bytes = 1 << 18
     """Bytes of bitset rows per block of fids (the rows' slices of one block should stay in L2)."""
-    chunk_counts = 1 << 20
-    """With several blocks, events are matched in chunks of at most this many (blocks x events)."""
 
     def __init__(self, max_cuts: int = 48, max_strings: int = 64) -> None:
         if max_cuts < 0 or max_strings < 0:
@@ -418,12 +413,6 @@ class MatchIndex:
         self._members = np.zeros(64, dtype=np.int32)
         self._m_used = 0
         self._m_garbage = 0
-        # what ``match`` reads instead (``routing._kernels.build_member_csr``), rebuilt by a flush
-        # after changes: the members packed in fid order, and the fids that need no check
-        self._m_start = np.zeros(1, dtype=np.int32)
-        self._m_packed = np.zeros(0, dtype=np.int32)
-        self._exact = np.zeros(1, dtype=np.uint64)
-        self._csr_stale = False
         # compiled predicates (``routing._kernels.verify``) and list literals
         self._p_code = np.zeros(256, dtype=np.int64)
         self._p_ab = np.zeros((256, 2), dtype=np.float64)
@@ -571,7 +560,6 @@ class MatchIndex:
         if emptied is not None and len(emptied):
             self._drop_fids(emptied[self._meta[emptied, K.M_MCOUNT] == 0])
         self._n_subs = len(slot_of)
-        self._csr_stale = True
 
     def _assign_slots(self, ids: list[str]) -> npt.NDArray[np.int64]:
         """Slots for new subscriptions (free ones first), named and mapped from their ids."""
@@ -976,16 +964,6 @@ class MatchIndex:
                 self._lit,
             )
             np.bitwise_or.at(self._alive, fids >> 6, np.uint64(1) << (fids & 63).astype(np.uint64))
-        if self._csr_stale:
-            self._csr_stale = False
-            n_fids = self._n_fids
-            if len(self._m_start) < n_fids + 1:
-                self._m_start = np.zeros(len(self._meta) + 1, dtype=np.int32)
-            if len(self._m_packed) < len(self._slot_of):
-                self._m_packed = np.zeros(self._m_used, dtype=np.int32)
-            if len(self._exact) < self._rows.shape[1]:
-                self._exact = np.zeros(self._rows.shape[1], dtype=np.uint64)
-            K.build_member_csr(n_fids, self._meta, self._members, self._m_start, self._m_packed, self._exact)
 
     # -- matching ---------------------------------------------------------------------------
 
@@ -1010,46 +988,9 @@ class MatchIndex:
         n_words = (self._n_fids + 63) // 64
         # fid blocks whose rows (one slice per bucket) fit in L2 stay there while events stream by
         block = max(8, min(n_words, self.cache_bytes // max(1, 8 * self._n_rows)))
-        # with several blocks, the events go in chunks: the output's count per block and event
-        # (``match_batch``) stays within ``chunk_counts``
-        n_blocks = (n_words + block - 1) // block
-        chunk = max(1, n if n_blocks <= 1 else self.chunk_counts // n_blocks)
-        parts = [
-            self._match_rows(kinds[i : i + chunk], vals[i : i + chunk], deltas[i : i + chunk], n_words, block)
-            for i in range(0, max(1, n), chunk)
-        ]
-        offsets, slots, slow = parts[0]
-        if len(parts) > 1:
-            ends = np.cumsum([int(p[0][-1]) for p in parts])
-            offsets = np.concatenate([offsets] + [p[0][1:] + end for p, end in zip(parts[1:], ends, strict=False)])
-            slots = np.concatenate([p[1] for p in parts])
-            slow = np.concatenate([p[2] + np.array([i * chunk, 0]) for i, p in enumerate(parts)])
-        if len(slow):
-            offsets, slots = self._check_slow(batch, offsets, slots, slow)
-        version = self._version
-
-        def ranker() -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]:
-            if self._version != version:
-                raise RuntimeError("the index changed since this match: its slots name other subscriptions now")
-            if self._ranks is None or self._ranks[0] != version:
-                self._ranks = (version, *_name_ranks(self._names))
-            return self._ranks[1], self._ranks[2]
-
-        return Matches(offsets, slots, self._names, ranker)
-
-    def _match_rows(
-        self,
-        kinds: npt.NDArray[np.uint8],
-        vals: npt.NDArray[np.float64],
-        deltas: npt.NDArray[np.int8],
-        n_words: int,
-        block: int,
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int64]]:
-        """``match_batch`` on encoded events: offsets, slots, and the slow ``(event, fid)`` pairs."""
-        n = len(kinds)
         size = max(1024, int(self._expected * n) + 1024)
         offsets = np.zeros(n + 1, dtype=np.int64)
-        counts = np.empty(((n_words + block - 1) // block, n), dtype=np.int32)
+        ev = np.empty(size, dtype=np.int32)
         sl = np.empty(size, dtype=np.int32)
         slow = np.empty((max(64, size // 16), 2), dtype=np.int64)
         resume = np.zeros(4, dtype=np.int64)
@@ -1067,19 +1008,17 @@ class MatchIndex:
             n_words,
             block,
             self._meta,
-            self._exact,
-            self._m_start,
-            self._m_packed,
+            self._members,
             self._p_code,
             self._p_ab,
             self._lit,
             offsets,
-            counts,
+            ev,
             sl,
             slow,
             resume,
         ):
-            sl, slow = _grow(sl, 2 * len(sl)), _grow(slow, 2 * len(slow))
+            ev, sl, slow = _grow(ev, 2 * len(ev)), _grow(sl, 2 * len(sl)), _grow(slow, 2 * len(slow))
         used, n_slow = int(resume[2]), int(resume[3])
         if n:
             self._expected = max(0.8 * self._expected, 1.1 * used / n)
@@ -1087,8 +1026,19 @@ class MatchIndex:
             slots = sl[:used]
         else:
             slots = np.empty(used, dtype=np.int32)
-            K.gather_by_event(counts, sl, offsets, slots)
-        return offsets, slots, slow[:n_slow]
+            K.group_by_event(n, ev, sl, used, offsets, slots)
+        if n_slow:
+            offsets, slots = self._check_slow(batch, offsets, slots, slow[:n_slow])
+        version = self._version
+
+        def ranker() -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]:
+            if self._version != version:
+                raise RuntimeError("the index changed since this match: its slots name other subscriptions now")
+            if self._ranks is None or self._ranks[0] != version:
+                self._ranks = (version, *_name_ranks(self._names))
+            return self._ranks[1], self._ranks[2]
+
+        return Matches(offsets, slots, self._names, ranker)
 
     def _check_slow(
         self,

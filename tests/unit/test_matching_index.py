@@ -706,19 +706,7 @@ def test_hundreds_of_literals_on_one_attribute() -> None:
     check_matches(index.match(object_columns(events)), model_ids(model, events))
 
 
-def blocked(index: MatchIndex, blocks: bool) -> MatchIndex:
-    """``index``, made to walk its fids in blocks of 512 (8 words) and events in chunks of a few
-    when ``blocks`` (its output then comes block by block and is grouped by event afterwards, chunk
-    by chunk, as in large indexes), else in one block."""
-    if blocks:
-        index.cache_bytes, index.chunk_counts = 1, 16
-    else:
-        index.cache_bytes = 1 << 40
-    return index
-
-
-@pytest.mark.parametrize("blocks", [False, True], ids=["one block", "blocks"])
-def test_thousands_of_distinct_filters_over_many_attributes(blocks: bool) -> None:
+def test_thousands_of_distinct_filters_over_many_attributes() -> None:
     """1,500 distinct filters over 40 attributes, each attribute with dozens of numeric and string
     literals: many bitset words and many buckets at once (an index that walks its filters in
     cache-sized blocks needs several blocks here)."""
@@ -750,7 +738,7 @@ def test_thousands_of_distinct_filters_over_many_attributes(blocks: bool) -> Non
             ev[name] = rng.choice(numbers[name]) if r < 0.45 else rng.choice(strings[name]) if r < 0.9 else 0.5
         events.append(ev)
     expected = model_ids(model, events)
-    index = blocked(build(model), blocks)
+    index = build(model)
     check_matches(index.match(events), expected)
     for sid in rng.sample(list(model), 900):
         index.remove(sid)
@@ -758,12 +746,11 @@ def test_thousands_of_distinct_filters_over_many_attributes(blocks: bool) -> Non
     check_matches(index.match(object_columns(events)), model_ids(model, events))
 
 
-@pytest.mark.parametrize("blocks", [False, True], ids=["one block", "blocks"])
-def test_batches_with_very_many_matches(blocks: bool) -> None:
+def test_batches_with_very_many_matches() -> None:
     """After a batch that matched nothing, batches where every event matches thousands of
     subscriptions, and hundreds of filters that need a string check (``startswith``,
     orderings): any output buffer sized from earlier batches must grow."""
-    index = blocked(MatchIndex(), blocks)
+    index = MatchIndex()
     model: dict[str, Filter] = {}
     for i in range(3000):
         model[f"n{i:04d}"] = parse_filter(["x exists", "x >= 0", f"x != {i % 7}"][i % 3])
