@@ -77,7 +77,26 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_loggers(spark)
     return spark
+
+
+# Warnings Spark repeats for every query or micro-batch that say nothing about this project's
+# queries: to_avro of a struct whose catalyst fields are nullable (the dead letters' fields that
+# the schema requires are never null: topic coordinates, a concat_ws id, a filtered error code),
+# and adaptive execution being off in streaming (it always is).
+_QUIET_LOGGERS = (
+    "org.apache.spark.sql.avro.AvroSerializer",
+    "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream",
+)
+
+
+def _quiet_loggers(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    error = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in _QUIET_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
 
 
 def kafka_stream(spark: SparkSession, conn: KafkaConnection, topics: list[str], max_offsets: int | None) -> DataFrame:
