@@ -99,10 +99,16 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct loopback ports free now (held together while chosen, so never the same twice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _java_opts(cfg: BrokerConfig) -> list[str]:
@@ -280,10 +286,11 @@ def broker_or(
     if bootstrap:
         yield KafkaConnection(bootstrap)
         return
+    port, controller_port = free_ports(2)
     cfg = BrokerConfig(
         home=home or Path(tempfile.mkdtemp(prefix="siftstream-kafka-")),
-        port=free_port(),
-        controller_port=free_port(),
+        port=port,
+        controller_port=controller_port,
         heap=heap,
     )
     print(up(cfg, jars), file=sys.stderr)

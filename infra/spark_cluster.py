@@ -79,10 +79,12 @@ def _start(cfg: ClusterConfig, role: str, args: list[str]) -> subprocess.Popen[b
 
 
 def alive_workers(cfg: ClusterConfig) -> int:
+    """Workers registered with the master, from its web UI's JSON; 0 while it does not answer, or
+    while something else answers on that port (another Spark UI serves HTML there)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{cfg.webui_port}/json/", timeout=2) as resp:
             return int(json.load(resp).get("aliveworkers", 0))
-    except OSError:
+    except (OSError, ValueError):
         return 0
 
 

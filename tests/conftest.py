@@ -67,13 +67,14 @@ def standalone_cluster(jars, tmp_path: Path):  # type: ignore[no-untyped-def]
     """A loopback Spark standalone cluster (a master and one 2-core worker on free ports, under
     ``tmp_path / "spark"``), stopped after the test whatever happens."""
     from infra import spark_cluster
-    from infra.kafka import free_port
+    from infra.kafka import free_ports
 
+    port, webui_port, worker_webui_port = free_ports(3)
     cluster = spark_cluster.ClusterConfig(
         home=tmp_path / "spark",
-        port=free_port(),
-        webui_port=free_port(),
-        worker_webui_port=free_port(),
+        port=port,
+        webui_port=webui_port,
+        worker_webui_port=worker_webui_port,
         worker_cores=2,
         worker_memory="1g",
     )
