@@ -91,9 +91,9 @@ def _key_columns(name: str) -> dict[str, Rule]:
     return {_keys_column(r): r for r in rules_for(name) if r.kind in ("map_keys_match", "distinct_keys")}
 
 
-def _violated(rule: Rule, rec: Column, precomputed: bool = False) -> Column:
-    """Whether ``rec`` breaks ``rule`` (never null). ``precomputed``: the key arrays are columns
-    already (:func:`_key_columns`, made by :class:`TopicDecoder`)."""
+def _violated(rule: Rule, rec: Column) -> Column:
+    """Whether ``rec`` breaks ``rule`` (never null). Key rules read their key array from its
+    column (:func:`_key_columns`, made by :class:`TopicDecoder`)."""
     col = _field(rec, rule.field)
     num = col.cast("double")
     present = col.isNotNull()
@@ -122,14 +122,14 @@ def _violated(rule: Rule, rec: Column, precomputed: bool = False) -> Column:
         # that a key holding it cannot pass as two keys (a substring test: counting separators
         # with replace() and two length() scans cost ~7% of the validation job)
         sep = "\u0001"
-        keys = F.col(f"`{_keys_column(rule)}`") if precomputed else _key_array(rec, rule)
+        keys = F.col(f"`{_keys_column(rule)}`")
         joined = F.array_join(keys, sep)
         name = _java_pattern(rule.pattern)
         pattern = f"\\A(?:{name})(?:{sep}(?:{name}))*\\z"
         bad = present & (F.size(keys) > 0) & (~joined.rlike(pattern) | F.array_join(keys, "").contains(sep))
     elif rule.kind == "distinct_keys":
         # a map's own keys are distinct: a repeat is a key in two maps
-        keys = F.col(f"`{_keys_column(rule)}`") if precomputed else _key_array(rec, rule)
+        keys = F.col(f"`{_keys_column(rule)}`")
         bad = present & (F.size(F.array_distinct(keys)) != F.size(keys))
     else:
         raise ValueError(f"unknown rule kind {rule.kind!r}")
@@ -138,7 +138,7 @@ def _violated(rule: Rule, rec: Column, precomputed: bool = False) -> Column:
     return F.coalesce(bad, F.lit(False))
 
 
-def _checks(name: str, rec: Column, precomputed: bool = False) -> tuple[Column, Column]:
+def _checks(name: str, rec: Column) -> tuple[Column, Column]:
     """(any rule broken, the reasons joined by '; ') for a decoded record of ``name``."""
     codec = codec_for(name)
     types = {f["name"]: f["type"] for f in codec.schema["fields"]}
@@ -149,7 +149,7 @@ def _checks(name: str, rec: Column, precomputed: bool = False) -> tuple[Column, 
 
     pairs = []
     for rule in rules_for(name):
-        bad = _violated(rule, rec, precomputed)
+        bad = _violated(rule, rec)
         if rule.kind in ("finite_map_values", "map_keys_match", "distinct_keys"):
             msg = F.lit(f"{rule.field} {rule.describe()}")
         else:
@@ -168,7 +168,7 @@ def _checks(name: str, rec: Column, precomputed: bool = False) -> tuple[Column, 
     return any_bad, reasons
 
 
-def _verdict(spec: TopicSpec, rec: Column, precomputed: bool = False) -> Column:
+def _verdict(spec: TopicSpec, rec: Column) -> Column:
     """``struct(error_code, reason)`` for rows of ``spec``'s topic; both fields null for a good record.
 
     One CASE yields both fields, so every check runs once per row (two CASEs over the same
@@ -180,7 +180,7 @@ def _verdict(spec: TopicSpec, rec: Column, precomputed: bool = False) -> Column:
     known = [v.header for v in versions_of(name)]
     other = {v.header: v.name for n in schema_files() if n != name for v in versions_of(n)}
     malformed = reduce(lambda x, y: x | y, (rec[f].isNull() for f in _required_fields(codec)))
-    any_bad, reasons = _checks(name, rec, precomputed)
+    any_bad, reasons = _checks(name, rec)
 
     def out(code: str | None, text: Column | str | None) -> Column:
         text_col = text if isinstance(text, Column) else F.lit(text)
@@ -231,7 +231,7 @@ class TopicDecoder:
         self._record = _record(spec.schema)
         record = F.col("record")
         self._keys = {name: _key_array(record, rule) for name, rule in _key_columns(spec.schema).items()}
-        self._verdict = _verdict(spec, record, precomputed=True)
+        self._verdict = _verdict(spec, record)
 
     def __call__(self, df: DataFrame) -> DataFrame:
         # header, record and the key arrays that several rules read are computed once per row
