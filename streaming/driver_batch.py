@@ -94,7 +94,7 @@ class TopicReader:
     """One input topic's decoder and projection: its good records' fields, and for rejected
     records what a dead letter needs (raw key and value, coordinates, the verdict)."""
 
-    def __init__(self, topic: str, name: str, raw: bool = False, lean: bool = False) -> None:
+    def __init__(self, topic: str, name: str, raw: bool = False) -> None:
         from pyspark.sql import functions as F
 
         from streaming.decode import TopicDecoder
@@ -110,26 +110,15 @@ class TopicReader:
             for part in path.split("."):
                 c = c[part]
             fields.append((c.cast("string") if alias in _ENUMS else c).alias(alias))
-        coordinates = {
-            "topic": F.col("topic"),
-            "partition": F.col("partition"),
-            "offset": F.col("offset"),
-            "ts_ms": F.unix_millis("timestamp"),
-        }
-        # lean: topic name and timestamp of rejected records only (what a dead letter needs), no
-        # key text, no tombstone flag: strings that a telemetry topic's valid records never use
         self.columns = [
-            *(
-                (F.when(bad, c) if lean and name in ("topic", "ts_ms") else c).alias(name)
-                for name, c in coordinates.items()
-            ),
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
+            F.unix_millis("timestamp").alias("ts_ms"),
             F.col("error_code"),
             F.col("reason"),
-            *(
-                []
-                if lean
-                else [F.col("key").cast("string").alias("key_text"), F.col("value").isNull().alias("tombstone")]
-            ),
+            F.col("key").cast("string").alias("key_text"),
+            F.col("value").isNull().alias("tombstone"),
             F.when(bad, F.col("key")).alias("bad_key"),
             F.when(bad, F.col("value")).alias("bad_value"),
             *fields,
@@ -214,9 +203,6 @@ class DriverBatch(ABC):
     job = "job"
     raw_topics: tuple[str, ...] = ()
     """Input topics whose every record keeps its raw key and value (see :meth:`reject`)."""
-    lean_topics: tuple[str, ...] = ()
-    """Input topics read lean (:class:`TopicReader`): valid records come without topic name,
-    timestamp, key text or tombstone flag."""
 
     def __init__(
         self,
@@ -231,10 +217,7 @@ class DriverBatch(ABC):
         self.spark, self.conn, self.quiet = spark, conn, quiet
         self.names = inputs
         self.state_folder, self.topic_prefix, self.stats_file = state_folder, topic_prefix, stats_file
-        self.readers = {
-            topic: TopicReader(topic, name, topic in self.raw_topics, topic in self.lean_topics)
-            for topic, name in inputs.items()
-        }
+        self.readers = {topic: TopicReader(topic, name, topic in self.raw_topics) for topic, name in inputs.items()}
         self.rejections: list[tuple[Any, ...]] = []
         self.max_time_ms = -np.inf
         self.history: list[BatchStats] = []

@@ -10,9 +10,7 @@ checkpoint), then:
    columns built once per job; one small plan per topic keeps Spark's generated code small: the
    job digested 36k records/s this way against 20k/s with one CASE over all six schemas in one
    plan, ``bench/qos_job.py --quick``) and collects them as one Arrow table
-   per topic: the fields the monitor reads for good records, raw key and value for rejected ones
-   (link and broker samples and receipts lean: no topic name, timestamp, key text or tombstone
-   flag for good records);
+   per topic: the fields the monitor reads for good records, raw key and value for rejected ones;
 2. hands the good rows to the driver's :class:`routing.qos_monitor.QosMonitor`: topology and
    subscription changes first (in partition/offset order), then events (matched against the live
    subscriptions for the denominator of R_s, and counted for each publisher's content mix), link
@@ -140,7 +138,6 @@ class QosBatch(DriverBatch):
     """The ``foreachBatch`` function: feeds the monitor and writes reports and dead letters."""
 
     job = "qos"
-    lean_topics = (LINKS, BROKERS, RECEIPTS)  # telemetry: no key text or tombstones needed
 
     def __init__(self, spark: SparkSession, cfg: QosConfig, quiet: bool = True) -> None:
         names = {topic: cfg.topic(topic) for topic in INPUTS}
