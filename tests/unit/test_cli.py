@@ -95,7 +95,9 @@ def test_plan_instance_distribution_and_check_round_trip(tmp_path: Path, capsys:
         plans[method] = json.loads(capsys.readouterr().out)
         assert set(plans[method]) == {"feasible", "cost", "method", "transmissions", "generated"}  # SPEC.md section 5
         assert plans[method]["method"] == method
-    assert plans["exact"]["cost"] <= plans["enhanced"]["cost"] <= plans["greedy"]["cost"] + 1e-9
+    # Costs are float sums taken in each plan's own order: equal plans may differ in the last bit.
+    assert plans["exact"]["cost"] <= plans["enhanced"]["cost"] + 1e-9
+    assert plans["enhanced"]["cost"] <= plans["greedy"]["cost"] + 1e-9
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(plans["enhanced"]))
     assert main(["plan", "check", "--instance", str(instance), "--plan", str(plan)]) == 0
