@@ -40,7 +40,7 @@ import copy
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -125,15 +125,42 @@ def _scale(dist: dict[str, Any], factor: float) -> None:
 
 
 class _Empirical(Empirical):
-    """An :class:`~routing.distributions.Empirical` that computes each moment once, by the same
-    arithmetic: the predictor reads every distribution's mean, variance and third moment many
-    times, each a Python sum over up to ``max_points`` values (a third of a redraw's time)."""
+    """An :class:`~routing.distributions.Empirical` that computes each moment and its cdf's
+    table (values sorted, cumulative probabilities) once, by the same arithmetic: the predictor
+    reads every distribution's mean, variance and third moment many times, each a Python sum
+    over up to ``max_points`` values (a third of a redraw's time), and its cdf at every pass.
+
+    :meth:`scaled` makes the distribution of ``factor`` X with its moments scaled from these
+    (``factor^k E[X^k]``), not summed again: equal to the moments of the scaled values to a few
+    ulps (what a bootstrap redraw needs, many times per report)."""
 
     def _moment(self, k: int) -> float:
         cache: dict[int, float] = self.__dict__.setdefault("_moments", {})  # frozen: no setattr
         if k not in cache:
             cache[k] = super()._moment(k)
         return cache[k]
+
+    def cdf(self, x: ArrayLike) -> np.ndarray:
+        table = self.__dict__.get("_cdf_table")
+        if table is None:  # Empirical.cdf's own steps, once
+            v, p = self._normalised()
+            order = np.argsort(v, kind="stable")
+            table = self.__dict__["_cdf_table"] = (v[order], np.concatenate(([0.0], np.cumsum(p[order]))))
+        values, cum = table
+        out: np.ndarray = np.minimum(cum[np.searchsorted(values, np.asarray(x, dtype=np.float64), side="right")], 1.0)
+        return out
+
+    def scaled(self, factor: float) -> _Empirical:
+        """The distribution of ``factor`` X (``factor`` > 0): values as :func:`_scale` scales
+        them (the same products), moments scaled from this one's."""
+        out = _Empirical(tuple((np.asarray(self.values) * factor).tolist()), self.probs)
+        out.__dict__["_moments"] = {k: self._moment(k) * factor**k for k in (1, 2, 3)}
+        return out
+
+
+def _cached(dist: Distribution) -> Distribution:
+    """``dist`` as a :class:`_Empirical` when it is an empirical one (the same numbers)."""
+    return _Empirical(dist.values, dist.probs) if type(dist) is Empirical else dist
 
 
 def _scaled(dist: Mapping[str, Any], factor: float) -> Distribution:
@@ -144,6 +171,23 @@ def _scaled(dist: Mapping[str, Any], factor: float) -> Distribution:
     if scaled.get("kind") == "empirical":
         return _Empirical(tuple(float(v) for v in scaled["values"]), tuple(float(p) for p in scaled["probs"]))
     return parse_distribution(scaled)
+
+
+def _with_cached_moments(compiled: qos.CompiledSystem) -> qos.CompiledSystem:
+    """``compiled`` with its empirical service and delay distributions as :class:`_Empirical`
+    (the same numbers, each moment and cdf table worked out once)."""
+    ov = compiled.overlay
+    made: dict[int, Distribution] = {}  # equal DISTs share one parsed object: keep them shared
+
+    def cached(d: Distribution) -> Distribution:
+        if id(d) not in made:
+            made[id(d)] = _cached(d)
+        return made[id(d)]
+
+    overlay = dataclasses.replace(
+        ov, service=tuple(cached(d) for d in ov.service), link_delay=tuple(cached(d) for d in ov.link_delay)
+    )
+    return qos.CompiledSystem(overlay, compiled.matching, compiled.routes)
 
 
 def _num(x: float | None) -> float | None:
@@ -367,7 +411,7 @@ class QosMonitor:
         problems: list[str] = [f"no data: {line}" for line in estimated.no_data]
         if system["publishers"] and system["subscribers"]:
             try:
-                compiled = qos.compile_prediction(system)  # once: the redraws change no filter or route
+                compiled = _with_cached_moments(qos.compile_prediction(system))  # once: redraws change no route
                 prediction = qos.predict(system, model=self.config.model, compiled=compiled)
                 if self.config.bootstrap and self.config.model == "gg1":
                     prediction = self._bootstrap(system, prediction, window_end_ms, compiled)
@@ -457,13 +501,22 @@ class QosMonitor:
     def _redraws(self, system: dict[str, Any], end: int, compiled: qos.CompiledSystem) -> list[dict[str, float]]:
         """:meth:`_redraws_reference` on the compiled overlay: the estimates are read once, and a
         redraw swaps the redrawn distributions (scaled as :func:`_scale` scales their DIST) and
-        reliabilities into a copy of the overlay (no deep copy, no validation, no matching)."""
+        reliabilities into a copy of the overlay (no deep copy, no validation, no matching), then
+        predicts the point R'_s alone (:func:`routing.qos.predict_reliability`). An empirical
+        distribution's redraw keeps the moments of the one it scales, scaled (:meth:`_Empirical.scaled`),
+        so the draws equal the reference's to rounding, not to the last bit."""
         rng = np.random.default_rng(end)
         end_ms = float(end)
         ov = compiled.overlay
         pub_at = {pid: i for i, pid in enumerate(ov.publisher_ids)}
         broker_at = {bid: i for i, bid in enumerate(ov.broker_ids)}
         link_at = {pair: i for i, pair in enumerate(zip(ov.link_from, ov.link_to, strict=True))}
+
+        def scaler(dist: dict[str, Any], parsed: Distribution) -> Callable[[float], Distribution]:
+            if isinstance(parsed, _Empirical):
+                return parsed.scaled
+            return lambda factor: _scaled(dist, factor)
+
         # (overlay index, DIST, sd of the log factor) per redrawn mean, in the reference's order
         pubs: list[tuple[int, dict[str, Any], float]] = []
         for p in system["publishers"]:
@@ -471,13 +524,16 @@ class QosMonitor:
             if est is not None and est.gaps > 1 and "mean" in p["interarrival_ms"]:
                 scv = max(est.interarrival_scv, 1e-3)
                 pubs.append((pub_at[p["id"]], p["interarrival_ms"], math.sqrt(scv / est.gaps)))
-        brokers: list[tuple[int, dict[str, Any], float]] = []
+        brokers: list[tuple[int, Callable[[float], Distribution], float]] = []
         for b in system["brokers"]:
             est_b = self.estimator.broker(b["id"], end_ms)
             if est_b is not None and est_b.arrivals > 1:
-                brokers.append((broker_at[b["id"]], b["service_ms"], math.sqrt(est_b.service_scv / est_b.arrivals)))
-        # per link: (index, DIST, sd or None, Beta parameters or None)
-        links: list[tuple[int, dict[str, Any], float | None, tuple[float, float] | None]] = []
+                i = broker_at[b["id"]]
+                brokers.append(
+                    (i, scaler(b["service_ms"], ov.service[i]), math.sqrt(est_b.service_scv / est_b.arrivals))
+                )
+        # per link: (index, its redraw, sd or None, Beta parameters or None)
+        links: list[tuple[int, Callable[[float], Distribution], float | None, tuple[float, float] | None]] = []
         estimates: dict[str, Any] = {}
         for link in system["links"]:
             real_to = self._owner_of(link["to"][4:]) if link["to"].startswith("sub:") else link["to"]
@@ -487,10 +543,11 @@ class QosMonitor:
             est_l = estimates[key]
             if est_l is None:
                 continue
-            sd = math.sqrt(1.0 / est_l.delivered) if est_l.delivered > 1 and est_l.delay is not None else None
+            sd_l = math.sqrt(1.0 / est_l.delivered) if est_l.delivered > 1 and est_l.delay is not None else None
             loss = est_l.loss
             beta = (loss.received + 0.5, max(loss.expected - loss.received, 0) + 0.5) if loss.expected > 0 else None
-            links.append((link_at[(link["from"], link["to"])], link["delay_ms"], sd, beta))
+            i = link_at[(link["from"], link["to"])]
+            links.append((i, scaler(link["delay_ms"], ov.link_delay[i]), sd_l, beta))
         draws: list[dict[str, float]] = []
         for _ in range(self.config.bootstrap):
             interarrival = list(ov.interarrival)
@@ -499,11 +556,11 @@ class QosMonitor:
             reliability = np.array(ov.link_reliability, dtype=np.float64, copy=True)
             for i, dist, sd in pubs:
                 interarrival[i] = parse_distribution(dict(dist, mean=dist["mean"] * math.exp(rng.normal(0.0, sd))))
-            for i, dist, sd in brokers:
-                service[i] = _scaled(dist, math.exp(rng.normal(0.0, sd)))
-            for i, dist, sd_l, beta in links:
+            for i, redraw, sd in brokers:
+                service[i] = redraw(math.exp(rng.normal(0.0, sd)))
+            for i, redraw, sd_l, beta in links:
                 if sd_l is not None:
-                    delay[i] = _scaled(dist, math.exp(rng.normal(0.0, sd_l)))
+                    delay[i] = redraw(math.exp(rng.normal(0.0, sd_l)))
                 if beta is not None:
                     reliability[i] = float(rng.beta(*beta))
             overlay = dataclasses.replace(
@@ -515,10 +572,9 @@ class QosMonitor:
             )
             redrawn_system = qos.CompiledSystem(overlay, compiled.matching, compiled.routes)
             try:
-                redrawn = qos.predict({}, model=self.config.model, compiled=redrawn_system)
+                draws.append(qos.predict_reliability(redrawn_system, model=self.config.model))
             except ValueError:
                 continue
-            draws.append({k: v.reliability for k, v in redrawn.subscribers.items() if v.reliability is not None})
         return draws
 
     def _owners(self) -> list[str]:
