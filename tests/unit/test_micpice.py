@@ -363,3 +363,111 @@ def test_longest_distance_order_tracks_the_current_sources(seed: int, p_c: float
                         expected[v] = expected[u] + w
                         changed = True
         assert state.distances(k) == pytest.approx(expected, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# The greedy heuristic against Figs. 4 and 5 as printed
+# ---------------------------------------------------------------------------------------------
+
+
+def _figures4_5_greedy(inst: Instance) -> tuple[set[tuple[str, str, str]], set[tuple[str, str]]]:
+    """Figs. 4 and 5 line by line, the oracle of :func:`plan_greedy`: per event in topological
+    order, c_e(v) := 0 at the publisher (primitive) or Σ_d c_d(v) at a node that may compose
+    (composite), predecessor(e, v) := v, then relax every edge of G_e until nothing changes
+    (Fig. 4, lines 4-6); then trace every interest (Fig. 5), reading its ``while (u != v)`` as
+    "if": a hop sets η((u, v), e) and traces u unless η was already set; at a root of a composite
+    (u == v) each component is traced to that node."""
+    order = inst.topological_order
+    cost: dict[str, dict[str, float]] = {}
+    pred: dict[str, dict[str, str]] = {}
+    for e in order:
+        ev = inst.events[e]
+        if ev.publisher is not None:
+            c = {v: 0.0 if v == ev.publisher else float("inf") for v in inst.roles}
+        else:
+            c = {v: sum(cost[d][v] for d in ev.components) if inst.can_compose(v) else float("inf") for v in inst.roles}
+        p = {v: v for v in inst.roles}
+        changed = True
+        while changed:
+            changed = False
+            for u, v in inst.links:
+                if inst.allowed(u, v, e) and c[u] + ev.lam * inst.links[(u, v)] < c[v]:
+                    c[v] = c[u] + ev.lam * inst.links[(u, v)]
+                    p[v] = u
+                    changed = True
+        cost[e], pred[e] = c, p
+    eta: set[tuple[str, str, str]] = set()
+    gens: set[tuple[str, str]] = set()
+
+    def trace(e: str, v: str) -> None:
+        u = pred[e][v]
+        if u != v:
+            if (u, v, e) not in eta:
+                eta.add((u, v, e))
+                trace(e, u)
+        elif inst.events[e].publisher is None and (v, e) not in gens:
+            gens.add((v, e))
+            for d in inst.events[e].components:
+                trace(d, v)
+
+    for s, e in inst.interests:
+        trace(e, s)
+    return eta, gens
+
+
+def _diamond() -> Instance:
+    """e3 = e1 & e2 and e4 = e3 & e1 (a "diamond": e1 reaches e4 twice); s1 wants e1 and e4.
+
+    Hand-traced Fig. 4 (costs λ x path length): c_e1 = {p1: 0, b1: 1, b2: 3, s1: 3, p2: 4};
+    c_e2 = {p2: 0, b2: 1, b1: 3.2, s1: 3.5, p1: 4}; c_e3 starts at Σ_d c_d(v) = {p1: 4, p2: 4,
+    b1: 4.2, b2: 4, s1: 6.5} and relaxes s1 to 5.2 via b1; c_e4 starts at c_e3 + c_e1 = {p1: 4,
+    b1: 5.2, s1: 8.2, ...} and relaxes to b1: 4.25 (from p1), s1: 4.75 (from b1). So e4 is made at
+    p1 and sent p1 -> b1 -> s1; e3 is made at p1 from e2 sent p2 -> b2 -> p1 (e1 is already at
+    p1); e1 goes p1 -> b1 -> s1. Cost 0.25 x 3 + 1 x 4 + 1 x 3 = 7.75, against an optimum of 6.5
+    (both composites made at s1 from e1 and e2 delivered there: 3 + 3.5)."""
+    nodes = {"p1": "publisher", "p2": "publisher", "b1": "broker", "b2": "broker", "s1": "subscriber"}
+    links = _both_ways(
+        ("p1", "b1", 1.0), ("p1", "b2", 3.0), ("p2", "b1", 4.0), ("p2", "b2", 1.0),
+        ("b1", "s1", 2.0), ("b2", "s1", 2.5), ("b1", "b2", 2.2),
+    )  # fmt: skip
+    events = [
+        {"id": "e1", "rate": 1.0, "publisher": "p1"},
+        {"id": "e2", "rate": 1.0, "publisher": "p2"},
+        {"id": "e3", "rate": 0.5, "components": ["e1", "e2"]},
+        {"id": "e4", "rate": 0.25, "components": ["e3", "e1"]},
+    ]
+    return Instance.from_json(_doc(nodes, links, events, [("s1", "e4"), ("s1", "e1")]))
+
+
+def test_greedy_on_a_diamond_follows_figures_4_and_5_traced_by_hand() -> None:
+    inst = _diamond()
+    p = plan_greedy(inst)
+    assert set(p.transmissions) == {
+        ("p1", "b1", "e4"), ("b1", "s1", "e4"),
+        ("p2", "b2", "e2"), ("b2", "p1", "e2"),
+        ("p1", "b1", "e1"), ("b1", "s1", "e1"),
+    }  # fmt: skip
+    assert set(p.generated) == {("p1", "e4"), ("p1", "e3")}
+    assert p.cost == pytest.approx(7.75)
+    assert (set(p.transmissions), set(p.generated)) == _figures4_5_greedy(inst)
+    assert plan_enhanced(inst).cost == pytest.approx(6.5)  # e2 to s1, both composites made there
+
+
+def _tie_free_instance(seed: int, p_c: float, brokers_compose: bool) -> Instance:
+    """A §4.2 instance on a 12-node graph with real-valued link costs: no two paths cost the same,
+    so the shortest-path predecessors, and hence the greedy plan, are unique."""
+    from routing.topology import application_overlay, flat_random
+
+    physical = flat_random(12, 18, seed=seed, cost_range=(1, 10), integer_costs=False, role="router")
+    inst = chen_instance(application_overlay(physical, 3, 3, 6, seed=seed), composites=3, p_c=p_c, seed=seed, p_unp=0.4)
+    return inst.with_composers(inst.nodes_with_role("broker")) if brokers_compose else inst
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), p_c=st.sampled_from([0.0, 0.2, 0.4]), brokers_compose=st.booleans())
+def test_greedy_equals_figures_4_and_5_as_printed(seed: int, p_c: float, brokers_compose: bool) -> None:
+    inst = _tie_free_instance(seed, p_c, brokers_compose)
+    p = plan_greedy(inst)
+    if not p.feasible:
+        return
+    assert (set(p.transmissions), set(p.generated)) == _figures4_5_greedy(inst)
