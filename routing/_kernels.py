@@ -14,7 +14,14 @@ The layout they work on (all arrays owned by ``MatchIndex``; "fid" is a distinct
   verified against the predicates), ``SLOW`` when a predicate needs Python (string orderings,
   ``startswith``/``endswith``/``contains``, integers beyond 2**53 that doubles cannot hold).
 - predicates ``p_code/p_ab[pstart : pstart + pcount]`` (see ``verify``); list literals in ``lit``.
-- subscriptions of a fid: ``members[mstart : mstart + mcount]`` (room for ``mcap``).
+- subscriptions of a fid: ``members[mstart : mstart + mcount]`` (room for ``mcap``); what
+  matching reads instead, rebuilt by the flush after changes (``pack_members``): every fid's
+  subscriptions packed in fid order, ``m_packed[m_start[f] : m_start[f + 1]]``, and the bitset
+  ``exact`` of the fids whose set bits are all decisive.
+
+Matching (``MatchIndex.match``): ``event_rows`` (each event's bucket rows, sparsest first),
+``match_hits`` (the matching fids, as ``(event, fid)`` hits), ``group_hits`` (by event); the
+``Matches`` it returns spells out subscription slots on demand (``slot_offsets``, ``copy_slots``).
 
 A batch of changes (``MatchIndex.apply``) runs ``same_records`` (is the fid found by a filter's
 hash really that filter?), ``new_records_size`` and ``store_fids`` (the new fids' predicates),
@@ -28,8 +35,11 @@ number, 0/1 for booleans, the interned code for strings, -1 for a string no lite
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros as _cttz
 
 # value kinds of an event cell
 K_MISSING, K_NOVALUE, K_BOOL, K_NUMBER, K_STRING = 0, 1, 2, 3, 4
@@ -44,17 +54,7 @@ M_FLAGS, M_PSTART, M_PCOUNT, M_MSTART, M_MCOUNT, M_MCAP = 0, 1, 2, 3, 4, 5
 # bucket outcomes
 NONE, FULL, PARTIAL = 0, 1, 2
 
-
-_DEBRUIJN = np.array(
-    [
-        0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4,
-        62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
-        63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
-        46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6,
-    ],
-    dtype=np.int64,
-)  # fmt: skip
-_MAGIC = np.uint64(0x03F79D71B4CB0A89)
+trailing_zeros: Any = _cttz  # LLVM's count of trailing zeros (numba's intrinsic, untyped for mypy)
 
 
 @njit(cache=True, inline="always")
@@ -184,103 +184,191 @@ def verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):  # type: i
     return True
 
 
+@njit(cache=True, inline="always")
+def _popcount(x):  # type: ignore[no-untyped-def]
+    """Set bits of a 64-bit word (the SWAR count, which LLVM turns into one instruction)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
 @njit(cache=True)
-def match_batch(
-    ev_kind,
-    ev_val,
-    ev_delta,
+def event_rows(
+    ev_kind, ev_val, ev_delta, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, rows, n_rows, n_words
+):  # type: ignore[no-untyped-def]
+    """Each event's bucket rows (``bucket_rows``), sorted by how many bits they have, fewest first,
+    and whether few words of the AND of its two sparsest rows hold a bit (``sparse``).
+
+    Both are judged on up to 64 words spread over the rows: the sparsest rows come first in the
+    AND, so that ``match_hits`` can tell early which words are empty; an event that is not
+    ``sparse`` (range filters, as W1's) gets the plain whole-row AND.
+    """
+    n = ev_kind.shape[0]
+    pop = np.zeros(max(1, n_rows), dtype=np.int64)
+    step = max(1, n_words // 64)
+    for r in range(n_rows):
+        c = 0
+        for j in range(0, n_words, step):
+            c += _popcount(rows[r, j])
+        pop[r] = c
+    row_of = np.empty((n, max(1, n_attr)), dtype=np.int64)
+    sparse = np.zeros(n, dtype=np.bool_)
+    for e in range(n):
+        out = row_of[e]
+        bucket_rows(ev_kind, ev_val, ev_delta, e, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, out)
+        for i in range(1, n_attr):  # insertion sort by bit count
+            r = out[i]
+            p = pop[r]
+            j = i - 1
+            while j >= 0 and pop[out[j]] > p:
+                out[j + 1] = out[j]
+                j -= 1
+            out[j + 1] = r
+        if n_attr > 1:
+            c = 0
+            t = 0
+            for j in range(0, n_words, step):
+                c += (rows[out[0], j] & rows[out[1], j]) != 0
+                t += 1
+            sparse[e] = 4 * c <= t
+    return row_of, sparse
+
+
+@njit(cache=True)
+def match_hits(
+    row_of,
+    sparse,
     n_attr,
-    fixed_rows,
-    str_rows,
-    num_cuts,
-    num_ncuts,
-    num_rows,
     rows,
     n_words,
     block_words,
+    exact,
+    ev_kind,
+    ev_val,
+    ev_delta,
     meta,
-    members,
     p_code,
     p_ab,
     lit,
-    out_offsets,
-    out_events,
-    out_slots,
+    hit_ev,
+    hit_fid,
     slow_pairs,
     resume,
 ):  # type: ignore[no-untyped-def]
-    """Match every event, from the position ``resume = [block, event, matches, slow pairs]``.
+    """The matching fids of every event, from the position ``resume = [block, event, hits, slow pairs, _]``.
 
-    The fids are taken ``block_words`` words (64 fids each) at a time, and within a block every
-    event: the block's slice of the rows, predicates and members stays in cache while the events
-    stream by. Matches come out as ``(event, subscription slot)`` pairs, block by block (with one
-    block they are already grouped by event, and ``out_offsets`` is filled); a slow pair
-    ``(event, fid)`` still needs Python's check. Returns True when done; False when a buffer
-    filled up, with ``resume`` set to the start of the event that did not fit.
+    ``row_of[e]``: event ``e``'s bucket rows, sparsest first, and ``sparse[e]`` (``event_rows``). The fids are taken
+    ``block_words`` words (64 fids each) at a time, and within a block every event: the block's
+    slice of the rows stays in cache while the events stream by. An event that is not ``sparse``
+    gets the AND of its rows whole. For the others, per block, the AND of the two sparsest rows
+    says which words can hold a match; when few can (filters stored in
+    sorted order cluster, so an equality on a leading attribute empties whole stretches of
+    words), each of those words is ANDed with the other rows one by one, stopping at the first
+    zero; when many can, the other rows are ANDed whole (a loop LLVM vectorizes). Fids in
+    ``exact`` match outright; others are verified (``verify``). Hits come out as ``(hit_ev,
+    hit_fid)`` pairs, block by block, in fid order within an event; a slow pair ``(event, fid)``
+    still needs Python's check. Returns True when done; False when a buffer filled up, with
+    ``resume`` set to the start of the event that did not fit (and ``resume[4]`` to 1 when it was
+    ``slow_pairs``).
     """
-    n = ev_kind.shape[0]
+    n = row_of.shape[0]
+    resume[4] = 0
     if n_attr == 0 or n_words == 0:
-        out_offsets[:] = 0
         resume[2] = 0
         resume[3] = 0
         return True
-    row_of = np.empty((n, n_attr), dtype=np.int64)
-    for e in range(n):
-        bucket_rows(
-            ev_kind, ev_val, ev_delta, e, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, row_of[e]
-        )
     acc = np.empty(block_words, dtype=np.uint64)
-    cap = out_slots.shape[0]
+    nz = np.empty(block_words, dtype=np.int64)
+    cap = hit_fid.shape[0]
     scap = slow_pairs.shape[0]
-    one = np.uint64(1)
-    single = n_words <= block_words
     k = resume[2]
     ns = resume[3]
     for b in range(resume[0], (n_words + block_words - 1) // block_words):
         w0 = b * block_words
         m = min(w0 + block_words, n_words) - w0
         e_start = resume[1] if b == resume[0] else 0
+        ex = exact[w0 : w0 + m]
+        acc_m = acc[:m]  # 1-D views let LLVM vectorize the AND (2-D indexing runs 4x slower)
         for e in range(e_start, n):
+            rr = row_of[e]
+            src = rows[rr[0], w0 : w0 + m]
+            if not sparse[e]:  # the plain AND of whole rows
+                acc_m[:] = src
+                for a in range(1, n_attr):
+                    src = rows[rr[a], w0 : w0 + m]
+                    for j in range(m):
+                        acc_m[j] &= src[j]
+                c = m
+                dense = True
+            elif n_attr > 1:
+                src1 = rows[rr[1], w0 : w0 + m]
+                for j in range(m):
+                    acc_m[j] = src[j] & src1[j]
+            else:
+                acc_m[:] = src
+            if sparse[e]:
+                c = 0
+                for j in range(m):  # the words left, listed without a branch
+                    nz[c] = j
+                    c += acc_m[j] != 0
+                dense = 4 * c > m
+            if sparse[e] and dense:
+                for a in range(2, n_attr):
+                    src = rows[rr[a], w0 : w0 + m]
+                    for j in range(m):
+                        acc_m[j] &= src[j]
+                c = m
+            elif sparse[e]:
+                for i in range(c):
+                    j = nz[i]
+                    x = acc_m[j]
+                    for a in range(2, n_attr):
+                        x &= rows[rr[a], w0 + j]
+                        if x == 0:
+                            break
+                    acc_m[j] = x
             k_event = k
             ns_event = ns
-            acc_m = acc[:m]  # 1-D views let LLVM vectorize the AND (2-D indexing runs 4x slower)
-            acc_m[:] = rows[row_of[e, 0], w0 : w0 + m]
-            for a in range(1, n_attr):
-                src = rows[row_of[e, a], w0 : w0 + m]
-                for j in range(m):
-                    acc_m[j] &= src[j]
             full = False
-            for j in range(m):
+            for i in range(c):
+                j = i if dense else nz[i]
                 x = acc_m[j]
-                while x != 0:
-                    low = x & (~x + one)
-                    f = (w0 + j) * 64 + _DEBRUIJN[np.int64((low * _MAGIC) >> np.uint64(58))]
-                    x ^= low
-                    mf = meta[f]
-                    flags = mf[M_FLAGS]
-                    if flags != 0:
-                        if flags & INEXACT:
-                            if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
-                                continue
-                        if flags & SLOW:
-                            if ns >= scap:
-                                full = True
-                                break
-                            slow_pairs[ns, 0] = e
-                            slow_pairs[ns, 1] = f
-                            ns += 1
-                            continue
-                    start = mf[M_MSTART]
-                    count = mf[M_MCOUNT]
-                    if k + count > cap:
+                if x == 0:
+                    continue
+                base = (w0 + j) * 64
+                y = x & ex[j]  # decisive: matches outright
+                while y != 0:
+                    if k >= cap:
                         full = True
                         break
-                    if not single:
-                        for i in range(count):
-                            out_events[k + i] = e
-                    for i in range(count):
-                        out_slots[k + i] = members[start + i]
-                    k += count
+                    hit_ev[k] = e
+                    hit_fid[k] = base + trailing_zeros(y)
+                    k += 1
+                    y &= y - np.uint64(1)
+                y = x & ~ex[j]
+                while y != 0 and not full:
+                    f = base + trailing_zeros(y)
+                    y &= y - np.uint64(1)
+                    flags = meta[f, M_FLAGS]
+                    if flags & INEXACT:
+                        if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
+                            continue
+                    if flags & SLOW:
+                        if ns >= scap:
+                            full = True
+                            resume[4] = 1
+                            break
+                        slow_pairs[ns, 0] = e
+                        slow_pairs[ns, 1] = f
+                        ns += 1
+                        continue
+                    if k >= cap:
+                        full = True
+                        break
+                    hit_ev[k] = e
+                    hit_fid[k] = f
+                    k += 1
                 if full:
                     break
             if full:
@@ -289,27 +377,80 @@ def match_batch(
                 resume[2] = k_event
                 resume[3] = ns_event
                 return False
-            if single:
-                out_offsets[e + 1] = k
     resume[2] = k
     resume[3] = ns
     return True
 
 
 @njit(cache=True)
-def group_by_event(n, out_events, out_slots, k, offsets, slots):  # type: ignore[no-untyped-def]
-    """CSR by event of the first ``k`` pairs (a stable counting sort)."""
-    for i in range(n + 1):
-        offsets[i] = 0
+def group_hits(hit_ev, hit_fid, k, fid_offsets, fids):  # type: ignore[no-untyped-def]
+    """CSR by event of the first ``k`` hits (a stable counting sort: fid order within an event)."""
+    n = fid_offsets.shape[0] - 1
+    for e in range(n + 1):
+        fid_offsets[e] = 0
     for i in range(k):
-        offsets[out_events[i] + 1] += 1
-    for i in range(n):
-        offsets[i + 1] += offsets[i]
-    fill = offsets[:n].copy()
+        fid_offsets[hit_ev[i] + 1] += 1
+    for e in range(n):
+        fid_offsets[e + 1] += fid_offsets[e]
+    fill = fid_offsets[:n].copy()
     for i in range(k):
-        e = out_events[i]
-        slots[fill[e]] = out_slots[i]
+        e = hit_ev[i]
+        fids[fill[e]] = hit_fid[i]
         fill[e] += 1
+
+
+@njit(cache=True)
+def slot_offsets(fid_offsets, fids, m_start, offsets):  # type: ignore[no-untyped-def]
+    """CSR offsets by event of the subscriptions of each event's fids (``fids[fid_offsets[e] :
+    fid_offsets[e + 1]]``, whose members are ``m_packed[m_start[f] : m_start[f + 1]]``)."""
+    n = fid_offsets.shape[0] - 1
+    offsets[0] = 0
+    for e in range(n):
+        c = 0
+        for i in range(fid_offsets[e], fid_offsets[e + 1]):
+            f = fids[i]
+            c += m_start[f + 1] - m_start[f]
+        offsets[e + 1] = offsets[e] + c
+
+
+@njit(cache=True)
+def copy_slots(fid_offsets, fids, m_start, m_packed, lo, hi, slots):  # type: ignore[no-untyped-def]
+    """The subscriptions of events ``lo .. hi - 1`` one after another (as ``slot_offsets`` counts).
+
+    Fids are in order within an event, and their members lie in fid order in ``m_packed``: a run
+    of consecutive fids is one stretch of ``m_packed``, copied as one.
+    """
+    d = 0
+    k = fid_offsets[hi]
+    i = fid_offsets[lo]
+    while i < k:
+        f = fids[i]
+        g = f + 1
+        i += 1
+        while i < k and fids[i] == g:  # across an event's end too: its slots follow on
+            g += 1
+            i += 1
+        s = m_start[f]
+        t = m_start[g]
+        if t - s > 32:
+            slots[d : d + t - s] = m_packed[s:t]
+        else:
+            for q in range(s, t):
+                slots[d + q - s] = m_packed[q]
+        d += t - s
+
+
+@njit(cache=True)
+def pack_members(n_fids, meta, members, m_start, m_packed):  # type: ignore[no-untyped-def]
+    """The subscriptions of every fid packed in fid order: ``m_packed[m_start[f] : m_start[f + 1]]``."""
+    k = 0
+    for f in range(n_fids):
+        m_start[f] = k
+        start = meta[f, M_MSTART]
+        for i in range(meta[f, M_MCOUNT]):
+            m_packed[k + i] = members[start + i]
+        k += meta[f, M_MCOUNT]
+    m_start[n_fids] = k
 
 
 @njit(cache=True)

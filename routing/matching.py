@@ -32,7 +32,6 @@ import math
 import sys
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import accumulate, chain, compress, count, repeat
 from operator import attrgetter, eq, is_, is_not, itemgetter, not_
 from typing import Any, Final, TypeAlias, cast
@@ -151,7 +150,6 @@ def _as_filter(filt: Filter | str) -> Filter:
     return filt if isinstance(filt, Filter) else parse_filter(filt)
 
 
-@dataclass(frozen=True)
 class Matches:
     """The result of ``match``: per event, the subscriptions it satisfies.
 
@@ -159,28 +157,81 @@ class Matches:
     (unordered); ``ids(i)`` names them, sorted by plain string order. The names are resolved
     against the index as it was at ``match`` time: ask for them before the next change.
 
+    ``MatchIndex`` hands its answer over as it finds it: per event, the distinct filters that
+    match, each standing for the run of its subscriptions in a member table that the index never
+    changes afterwards. ``offsets`` and ``slots`` are spelled out from them when first asked for
+    (and kept); ``counts`` and ``ids`` need only the runs.
+
     Attributes
     ----------
     offsets : ndarray of int64, shape (n + 1,)
     slots : ndarray of int32
     """
 
-    offsets: npt.NDArray[np.int64]
-    slots: npt.NDArray[np.int32]
-    _names: Sequence[str | None]
-    _ranker: Callable[[], tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]] | None = None
+    __slots__ = ("_counts", "_names", "_offsets", "_ranker", "_runs", "_slots")
+
+    def __init__(
+        self,
+        offsets: npt.NDArray[np.int64] | None,
+        slots: npt.NDArray[np.int32] | None,
+        names: Sequence[str | None],
+        ranker: Callable[[], tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]] | None = None,
+        runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32]]
+        | None = None,
+    ) -> None:
+        if (offsets is None or slots is None) and runs is None:
+            raise ValueError("Matches needs offsets and slots, or runs")
+        self._offsets = offsets
+        self._slots = slots
+        self._names = names
+        self._ranker = ranker
+        # (fid_offsets, fids, m_start, m_packed): event i's filters are fids[fid_offsets[i] :
+        # fid_offsets[i + 1]], filter f's subscriptions m_packed[m_start[f] : m_start[f + 1]]
+        self._runs = runs
+        self._counts: npt.NDArray[np.int64] | None = None
+
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]:
+        if self._offsets is None:
+            fid_offsets, fids, m_start, _ = cast(tuple[Any, ...], self._runs)
+            offsets = np.empty(len(fid_offsets), dtype=np.int64)
+            K.slot_offsets(fid_offsets, fids, m_start, offsets)
+            self._offsets = offsets
+        return self._offsets
+
+    @property
+    def slots(self) -> npt.NDArray[np.int32]:
+        if self._slots is None:
+            fid_offsets, fids, m_start, m_packed = cast(tuple[Any, ...], self._runs)
+            offsets = self.offsets
+            slots = np.empty(int(offsets[-1]), dtype=np.int32)
+            K.copy_slots(fid_offsets, fids, m_start, m_packed, 0, len(fid_offsets) - 1, slots)
+            self._slots = slots
+        return self._slots
+
+    def _event_slots(self, i: int) -> npt.NDArray[np.int32]:
+        """Event ``i``'s slots (spelled out for it alone while ``slots`` is not)."""
+        if self._slots is not None or self._runs is None:
+            return self.slots[self.offsets[i] : self.offsets[i + 1]]
+        fid_offsets, fids, m_start, m_packed = self._runs
+        f = fids[fid_offsets[i] : fid_offsets[i + 1]]
+        out = np.empty(int((m_start[f + 1] - m_start[f]).sum()), dtype=np.int32)
+        K.copy_slots(fid_offsets, fids, m_start, m_packed, i, i + 1, out)
+        return out
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return len(self._runs[0] if self._runs is not None else cast(npt.NDArray[np.int64], self._offsets)) - 1
 
     def counts(self) -> npt.NDArray[np.int64]:
         """How many subscriptions each event matched."""
-        return np.diff(self.offsets)
+        if self._counts is None:
+            self._counts = np.diff(self.offsets)
+        return self._counts
 
     def ids(self, i: int) -> list[str]:
         """The ids of the subscriptions event ``i`` matched, sorted by plain string order."""
         names = self._names
-        return sorted(str(names[s]) for s in self.slots[self.offsets[i] : self.offsets[i + 1]].tolist())
+        return sorted(str(names[s]) for s in self._event_slots(i).tolist())
 
     def all_ids(self) -> list[list[str]]:
         """``ids(i)`` for every event."""
@@ -208,9 +259,10 @@ class Matches:
             names, rank = self._ranker()
         else:
             names, rank = _name_ranks(self._names)
+        slots = self.slots
         events = np.repeat(np.arange(len(self)), self.counts())
-        order = np.lexsort((rank[self.slots], events))
-        return self.offsets, names[self.slots[order]]
+        order = np.lexsort((rank[slots], events))
+        return self.offsets, names[slots[order]]
 
 
 def _name_ranks(names: Sequence[str | None]) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]:
@@ -339,6 +391,32 @@ def _number_cell(x: int) -> tuple[float, int]:
     return f, (x > int(f)) - (x < int(f))
 
 
+_ORDER_RECORDS: Final = 4  # leading records of a filter that order new fids
+
+
+def _record_order(
+    groups: npt.NDArray[np.int64],
+    offs: npt.NDArray[np.int64],
+    r_code: npt.NDArray[np.int64],
+    r_x: npt.NDArray[np.float64],
+) -> npt.NDArray[np.int64]:
+    """The groups (compiled filters ``offs[g] .. offs[g + 1] - 1`` of ``r_code``, ``r_x``) in the
+    order of their leading records: by attribute, operator and literal, a filter with no record on
+    an attribute after those that have one (ties in the order given).
+
+    New fids are taken in this order, so that the fids an equality on a leading attribute
+    excludes lie together and whole words of the AND of an event's rows come out empty.
+    """
+    starts = offs[groups]
+    lens = offs[groups + 1] - starts
+    keys: list[npt.NDArray[Any]] = []
+    for t in range(_ORDER_RECORDS):
+        has = lens > t
+        at = np.where(has, starts + t, 0)
+        keys += [np.where(has, r_code[at], np.iinfo(np.int64).max), np.where(has, r_x[at], 0.0)]
+    return np.lexsort(keys[::-1]).astype(np.int64)
+
+
 class MatchIndex:
     """The fast exact index over a changing set of atomic subscriptions.
 
@@ -352,7 +430,12 @@ class MatchIndex:
     against their compiled predicates, and the few predicates doubles and codes cannot express
     (string orderings, ``startswith``, ``endswith``, ``contains``, integers beyond 2**53) are
     checked by ``Filter.matches`` on the candidates that reach them. Matching walks the fids in
-    blocks that stay in cache while the whole batch of events streams by.
+    blocks that stay in cache while the whole batch of events streams by, ANDing an event's
+    sparsest rows first; new fids are numbered in the order of their filters' leading records, so
+    that an equality on a leading attribute (Gryphon-style equality and don't-care filters)
+    leaves whole words empty, which are skipped. ``match`` answers with each event's matching
+    fids; a fid's subscriptions lie together in a member table rebuilt after changes, so the
+    ``Matches`` names them as runs and spells out slots only when asked.
 
     Changes never rebuild the index, and they are applied in batches: ``apply(changes)``
     applies a batch, together with the changes that ``add`` and ``remove`` queued (``flush`` and
@@ -413,6 +496,18 @@ class MatchIndex:
         self._members = np.zeros(64, dtype=np.int32)
         self._m_used = 0
         self._m_garbage = 0
+        # what matching reads instead, rebuilt by the flush after changes: every fid's members
+        # packed in fid order (``m_packed[m_start[f] : m_start[f + 1]]``), and the bitset of the
+        # fids whose every set bit is decisive (matched without a check)
+        self._m_start = np.zeros(65, dtype=np.int32)
+        self._m_packed = np.zeros(64, dtype=np.int32)
+        self._packed_stale = False
+        self._packed_shared = False  # whether a Matches holds them (then a rebuild takes new ones)
+        self._exact = np.zeros(1, dtype=np.uint64)
+        # match's buffers of (event, fid) hits and slow pairs, kept between calls
+        self._hit_ev = np.zeros(1024, dtype=np.int32)
+        self._hit_fid = np.zeros(1024, dtype=np.int32)
+        self._slow_pairs = np.zeros((64, 2), dtype=np.int64)
         # compiled predicates (``routing._kernels.verify``) and list literals
         self._p_code = np.zeros(256, dtype=np.int64)
         self._p_ab = np.zeros((256, 2), dtype=np.float64)
@@ -540,6 +635,7 @@ class MatchIndex:
                     add_ids = list(compress(add_ids, (~same).tolist()))
                     fids = fids[~same]
         emptied = None
+        self._packed_stale = True
         if removed:
             slots = np.asarray(removed, dtype=np.int64)
             emptied = np.empty(len(removed), dtype=np.int64)
@@ -820,9 +916,17 @@ class MatchIndex:
                 if slows[g] is not None and self._slow.get(int(cand[g])) != slows[g]:
                     same[g] = False
         if not same.all():
-            new = np.flatnonzero(~same).tolist()
+            new = np.flatnonzero(~same)
             cand[new] = self._new_fids(
-                [slows[g] for g in new], [keys[g] for g in new], same, offs, r_code, r_x, r_y, r_lits
+                [slows[g] for g in new.tolist()],
+                [keys[g] for g in new.tolist()],
+                same,
+                offs,
+                r_code,
+                r_x,
+                r_y,
+                r_lits,
+                _record_order(new, offs, r_code, r_x),
             )
         return cand
 
@@ -836,9 +940,13 @@ class MatchIndex:
         r_x: npt.NDArray[np.float64],
         r_y: npt.NDArray[np.float64],
         r_lits: npt.NDArray[np.float64],
+        order: npt.NDArray[np.int64],
     ) -> npt.NDArray[np.int64]:
         """New fids for the groups that are not ``same`` (see ``same_records``), whose slow filters
-        and keys are ``slows`` and ``keys``: their records stored, their bit work pending."""
+        and keys are ``slows`` and ``keys``: their records stored, their bit work pending.
+
+        The fids taken go to the groups in the order ``order`` (the lowest to ``order[0]``).
+        """
         m, n_lits = K.new_records_size(same, offs, r_code, r_y)
         start = self._p_used
         if start + m > len(self._p_code):
@@ -854,10 +962,12 @@ class MatchIndex:
         reused = free[max(0, len(free) - k) :][::-1]
         del free[max(0, len(free) - k) :]
         n_fids = self._n_fids
-        fid_list = reused + list(range(n_fids, n_fids + k - len(reused)))
+        taken = np.sort(np.asarray(reused + list(range(n_fids, n_fids + k - len(reused))), dtype=np.int64))
         if len(reused) < k:
             self._grow_fids(n_fids + k - len(reused))
-        fids = np.asarray(fid_list, dtype=np.int64)
+        fids = np.empty(k, dtype=np.int64)
+        fids[order] = taken
+        fid_list = fids.tolist()
         flags = np.asarray([0 if s is None else K.SLOW for s in slows], dtype=np.int32)
         K.store_fids(
             same, fids, flags, offs, r_code, r_x, r_y, r_lits, start, self._lit_used,
@@ -890,6 +1000,9 @@ class MatchIndex:
             alive = np.zeros(words, dtype=np.uint64)
             alive[: len(self._alive)] = self._alive
             self._alive = alive
+            exact = np.zeros(words, dtype=np.uint64)
+            exact[: len(self._exact)] = self._exact
+            self._exact = exact
 
     def _drop_fids(self, fids: npt.NDArray[np.int64]) -> None:
         """Forget fids that have no subscription left (their bits are cleared at the next flush)."""
@@ -943,7 +1056,9 @@ class MatchIndex:
             fids = np.unique(np.asarray(self._pending_clear, dtype=np.int64))
             self._pending_clear = []
             K.clear_fid_bits(fids, self._rows, self._n_rows)
-            np.bitwise_and.at(self._alive, fids >> 6, ~(np.uint64(1) << (fids & 63).astype(np.uint64)))
+            bits = ~(np.uint64(1) << (fids & 63).astype(np.uint64))
+            np.bitwise_and.at(self._alive, fids >> 6, bits)
+            np.bitwise_and.at(self._exact, fids >> 6, bits)
         if self._pending_set:
             fids = np.unique(np.asarray(self._pending_set, dtype=np.int64))
             self._pending_set = []
@@ -964,6 +1079,16 @@ class MatchIndex:
                 self._lit,
             )
             np.bitwise_or.at(self._alive, fids >> 6, np.uint64(1) << (fids & 63).astype(np.uint64))
+            fids = fids[self._meta[fids, K.M_FLAGS] == 0]
+            np.bitwise_or.at(self._exact, fids >> 6, np.uint64(1) << (fids & 63).astype(np.uint64))
+        if self._packed_stale:
+            self._packed_stale = False
+            if self._packed_shared or len(self._m_start) < self._n_fids + 1:  # a Matches reads the old ones
+                self._m_start = np.empty(self._n_fids + self._n_fids // 8 + 64, dtype=np.int32)
+            if self._packed_shared or len(self._m_packed) < len(self._slot_of):
+                self._m_packed = np.empty(len(self._slot_of) + len(self._slot_of) // 8 + 64, dtype=np.int32)
+            self._packed_shared = False
+            K.pack_members(self._n_fids, self._meta, self._members, self._m_start, self._m_packed)
 
     # -- matching ---------------------------------------------------------------------------
 
@@ -985,50 +1110,35 @@ class MatchIndex:
         self.flush()
         kinds, vals, deltas = self._encode(batch)
         n = len(batch)
+        n_attr = len(self._attr_names)
         n_words = (self._n_fids + 63) // 64
         # fid blocks whose rows (one slice per bucket) fit in L2 stay there while events stream by
         block = max(8, min(n_words, self.cache_bytes // max(1, 8 * self._n_rows)))
-        size = max(1024, int(self._expected * n) + 1024)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        ev = np.empty(size, dtype=np.int32)
-        sl = np.empty(size, dtype=np.int32)
-        slow = np.empty((max(64, size // 16), 2), dtype=np.int64)
-        resume = np.zeros(4, dtype=np.int64)
-        while not K.match_batch(
-            kinds,
-            vals,
-            deltas,
-            len(self._attr_names),
-            self._fixed_rows,
-            self._str_rows,
-            self._num_cuts,
-            self._num_ncuts,
-            self._num_rows,
-            self._rows,
-            n_words,
-            block,
-            self._meta,
-            self._members,
-            self._p_code,
-            self._p_ab,
-            self._lit,
-            offsets,
-            ev,
-            sl,
-            slow,
-            resume,
-        ):
-            ev, sl, slow = _grow(ev, 2 * len(ev)), _grow(sl, 2 * len(sl)), _grow(slow, 2 * len(slow))
-        used, n_slow = int(resume[2]), int(resume[3])
+        row_of, sparse = K.event_rows(
+            kinds, vals, deltas, n_attr, self._fixed_rows, self._str_rows, self._num_cuts, self._num_ncuts,
+            self._num_rows, self._rows, self._n_rows, n_words,
+        )  # fmt: skip
+        size = int(self._expected * n) + 1024
+        if len(self._hit_fid) < size:
+            self._hit_ev, self._hit_fid = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
+        resume = np.zeros(5, dtype=np.int64)
+        while not K.match_hits(
+            row_of, sparse, n_attr, self._rows, n_words, block, self._exact, kinds, vals, deltas, self._meta,
+            self._p_code, self._p_ab, self._lit, self._hit_ev, self._hit_fid, self._slow_pairs, resume,
+        ):  # fmt: skip
+            if resume[4]:
+                self._slow_pairs = _grow(self._slow_pairs, 2 * len(self._slow_pairs))
+            else:
+                self._hit_ev = _grow(self._hit_ev, 2 * len(self._hit_ev))
+                self._hit_fid = _grow(self._hit_fid, 2 * len(self._hit_fid))
+        hits, n_slow = int(resume[2]), int(resume[3])
         if n:
-            self._expected = max(0.8 * self._expected, 1.1 * used / n)
-        if n_words <= block:
-            slots = sl[:used]
-        else:
-            slots = np.empty(used, dtype=np.int32)
-            K.group_by_event(n, ev, sl, used, offsets, slots)
+            self._expected = max(0.8 * self._expected, 1.1 * hits / n)
+        fid_offsets = np.empty(n + 1, dtype=np.int64)
+        fids = np.empty(hits, dtype=np.int32)
+        K.group_hits(self._hit_ev, self._hit_fid, hits, fid_offsets, fids)
         if n_slow:
-            offsets, slots = self._check_slow(batch, offsets, slots, slow[:n_slow])
+            fid_offsets, fids = self._check_slow(batch, fid_offsets, fids, self._slow_pairs[:n_slow])
         version = self._version
 
         def ranker() -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]:
@@ -1038,36 +1148,35 @@ class MatchIndex:
                 self._ranks = (version, *_name_ranks(self._names))
             return self._ranks[1], self._ranks[2]
 
-        return Matches(offsets, slots, self._names, ranker)
+        self._packed_shared = True
+        return Matches(None, None, self._names, ranker, (fid_offsets, fids, self._m_start, self._m_packed))
 
     def _check_slow(
         self,
         batch: EventBatch,
-        offsets: npt.NDArray[np.int64],
-        slots: npt.NDArray[np.int32],
+        fid_offsets: npt.NDArray[np.int64],
+        fids: npt.NDArray[np.int32],
         pairs: npt.NDArray[np.int64],
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
-        """Merge in the slow candidates that ``Filter.matches`` accepts."""
+        """Merge in the slow candidates ``(event, fid)`` that ``Filter.matches`` accepts."""
         extra_e: list[int] = []
-        extra_s: list[int] = []
+        extra_f: list[int] = []
         cache: dict[int, dict[str, object]] = {}
         for e, fid in pairs.tolist():
             attrs = cache.get(e)
             if attrs is None:
                 attrs = cache[e] = batch.event(e)
             if self._slow[fid].matches(attrs):
-                start, count = int(self._meta[fid, K.M_MSTART]), int(self._meta[fid, K.M_MCOUNT])
-                members = self._members[start : start + count].tolist()
-                extra_e.extend([e] * len(members))
-                extra_s.extend(members)
+                extra_e.append(e)
+                extra_f.append(fid)
         if not extra_e:
-            return offsets, slots
-        n = len(offsets) - 1
-        events = np.concatenate((np.repeat(np.arange(n), np.diff(offsets)), np.asarray(extra_e)))
-        order = np.argsort(events, kind="stable")
-        merged = np.concatenate((slots, np.asarray(extra_s, dtype=np.int32)))[order]
+            return fid_offsets, fids
+        n = len(fid_offsets) - 1
+        events = np.concatenate((np.repeat(np.arange(n), np.diff(fid_offsets)), np.asarray(extra_e)))
+        merged = np.concatenate((fids, np.asarray(extra_f, dtype=np.int32)))
+        order = np.lexsort((merged, events))  # fid order within an event, as the kernels' hits
         counts = np.bincount(events, minlength=n)
-        return np.concatenate(([0], np.cumsum(counts))).astype(np.int64), merged
+        return np.concatenate(([0], np.cumsum(counts))).astype(np.int64), merged[order]
 
     # -- introspection ----------------------------------------------------------------------
 

@@ -931,3 +931,31 @@ def test_flat_ids_equal_ids_and_refuse_a_changed_index() -> None:
     index.remove("a")
     with pytest.raises(RuntimeError, match="changed"):
         result.flat_ids()
+
+
+@pytest.mark.parametrize("cache_bytes", [1 << 18, 64])
+def test_equality_filters_in_sorted_blocks_and_runs(cache_bytes: int) -> None:
+    """Gryphon-style equality and don't-care filters (many identical ones: runs of subscriptions),
+    walked in one block or in many tiny ones (``cache_bytes``), with ids asked for before and after
+    the slots are spelled out, and a change after the match that must not alter its answer."""
+    rng = random.Random(3)
+    model: dict[str, Filter] = {}
+    for i in range(2500):
+        preds = [f"a{j} = {rng.choice((1, 1, 1, 2, 3))}" for j in range(6) if rng.random() < 0.9 * 0.7**j]
+        model[f"g{i:04d}"] = parse_filter(" and ".join(preds or ["a0 = 1"]))
+    index = build(model)
+    index.cache_bytes = cache_bytes
+    events: list[dict[str, object]] = [{f"a{j}": rng.choice((1, 1, 2, 3)) for j in range(6)} for _ in range(60)]
+    expected = model_ids(model, events)
+    result = index.match(events)
+    assert [result.ids(i) for i in range(len(events))] == expected  # from the runs alone
+    assert result.counts().tolist() == [len(ids) for ids in expected]
+    check_matches(result, expected)
+    runs_only = index.match(events)  # nothing spelled out before the change
+    index.apply([(sid, None) for sid in list(model)[::3]] + [("new", "a0 = 1")])
+    index.flush()
+    assert np.array_equal(runs_only.slots, result.slots)  # the member table it reads is left alone
+    for sid in list(model)[::3]:
+        del model[sid]
+    model["new"] = parse_filter("a0 = 1")
+    check_matches(index.match(events), model_ids(model, events))
