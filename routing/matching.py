@@ -402,17 +402,20 @@ def _record_order(
 ) -> npt.NDArray[np.int64]:
     """The groups (compiled filters ``offs[g] .. offs[g + 1] - 1`` of ``r_code``, ``r_x``) in the
     order of their leading records: by attribute, operator and literal, a filter with no record on
-    an attribute after those that have one (ties in the order given).
+    an attribute after those that have one (ties in the order given). Only equalities order:
+    a record with another operator counts as absent.
 
     New fids are taken in this order, so that the fids an equality on a leading attribute
-    excludes lie together and whole words of the AND of an event's rows come out empty.
+    excludes lie together and whole words of the AND of an event's rows come out empty. Range
+    filters (W1) keep the order given: sorting them by their bounds made a dense AND ~10% slower
+    at 10^6 filters and gives the sparse path nothing to skip.
     """
     starts = offs[groups]
     lens = offs[groups + 1] - starts
     keys: list[npt.NDArray[Any]] = []
     for t in range(_ORDER_RECORDS):
-        has = lens > t
-        at = np.where(has, starts + t, 0)
+        at = np.where(lens > t, starts + t, 0)
+        has = (lens > t) & ((r_code[at] & 15) == K.O_EQ)
         keys += [np.where(has, r_code[at], np.iinfo(np.int64).max), np.where(has, r_x[at], 0.0)]
     return np.lexsort(keys[::-1]).astype(np.int64)
 
