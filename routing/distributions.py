@@ -346,11 +346,14 @@ class Empirical(Distribution):
         return out
 
     def cdf(self, x: ArrayLike) -> FloatArray:
+        values, cum = self._cdf_table()
+        return np.minimum(cum[np.searchsorted(values, _as_array(x), side="right")], 1.0)
+
+    def _cdf_table(self) -> tuple[FloatArray, FloatArray]:
+        """The values sorted and the cumulative probabilities before each (``cum[0] = 0``)."""
         v, p = self._normalised()
         order = np.argsort(v, kind="stable")
-        cum = np.concatenate(([0.0], np.cumsum(p[order])))
-        xs = _as_array(x)
-        return np.minimum(cum[np.searchsorted(v[order], xs, side="right")], 1.0)
+        return v[order], np.concatenate(([0.0], np.cumsum(p[order])))
 
     def _moment(self, k: int) -> float:
         return float(sum(p * v**k for v, p in zip(self.values, self.probs, strict=True)) / sum(self.probs))

@@ -140,15 +140,11 @@ class _Empirical(Empirical):
             cache[k] = super()._moment(k)
         return cache[k]
 
-    def cdf(self, x: ArrayLike) -> np.ndarray:
-        table = self.__dict__.get("_cdf_table")
-        if table is None:  # Empirical.cdf's own steps, once
-            v, p = self._normalised()
-            order = np.argsort(v, kind="stable")
-            table = self.__dict__["_cdf_table"] = (v[order], np.concatenate(([0.0], np.cumsum(p[order]))))
-        values, cum = table
-        out: np.ndarray = np.minimum(cum[np.searchsorted(values, np.asarray(x, dtype=np.float64), side="right")], 1.0)
-        return out
+    def _cdf_table(self) -> tuple[np.ndarray, np.ndarray]:
+        table: tuple[np.ndarray, np.ndarray] | None = self.__dict__.get("_cdf_cache")
+        if table is None:  # frozen: no setattr
+            table = self.__dict__["_cdf_cache"] = super()._cdf_table()
+        return table
 
     def scaled(self, factor: float) -> _Empirical:
         """The distribution of ``factor`` X (``factor`` > 0): values as :func:`_scale` scales
