@@ -212,3 +212,64 @@ def test_decode_gives_the_record_and_dead_letters_round_trip(spark) -> None:  # 
         assert rec["dead_letter_id"] == bytes(letter.key).decode() == f"siftstream.events.v1/0/{rec['source_offset']}"
         assert rec["value"] == values[rec["source_offset"]][1]
         assert rec["error_code"] == _python_codes(values)[rec["source_offset"]]
+
+
+def test_attribute_names_and_repeats_have_identical_verdicts(spark) -> None:  # type: ignore[no-untyped-def]
+    """Names at every edge of the JVM's regex-free name check (streaming.decode._names_broken):
+    the characters URLEncoder keeps or turns into '+', the separator, characters just below and
+    above 'A', non-ASCII, empty names; and names repeated across the typed maps."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    codec = codec_for("Event")
+    name = st.text(alphabet="aZ_9.-* +%\x01\x00@[`{~\u00e9\u0663\U0001f600", max_size=4)
+    valid = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,3}", fullmatch=True)
+    names = st.one_of(name, valid, valid, valid)
+    collected: list[tuple[str, bytes | None]] = []
+
+    kinds_ = st.sampled_from(("longs", "doubles", "strings", "booleans"))
+
+    @settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
+    @given(st.lists(names, max_size=5), st.lists(kinds_, max_size=5))
+    def gather(keys: list[str], kinds: list[str]) -> None:
+        maps: dict[str, dict] = {"longs": {}, "doubles": {}, "strings": {}, "booleans": {}}
+        values = {"longs": 1, "doubles": 1.5, "strings": "x", "booleans": True}
+        for key, kind in zip(keys, kinds + ["longs"] * len(keys), strict=False):
+            maps[kind][key] = values[kind]
+        if keys and kinds:  # now and then one name in two maps
+            other = "strings" if kinds[0] != "strings" else "longs"
+            if len(keys) % 2:
+                maps[other][keys[0]] = values[other]
+        record = {"event_id": "e", "publisher_id": "p", "published_at": 1, "lifetime_ms": 5, "attributes": maps}
+        collected.append(("siftstream.events.v1", codec.encode_wire(record)))
+
+    gather()
+    codes = _python_codes(collected)
+    assert {None, "invalid_value"} <= set(codes)  # both outcomes occur
+    rows = verdict(_frame(spark, collected), {"siftstream.events.v1": TOPICS["siftstream.events.v1"]})
+    assert [r.error_code for r in rows.orderBy("offset").collect()] == codes
+
+
+def test_every_record_is_decoded_once_per_schema_version(spark) -> None:  # type: ignore[no-untyped-def]
+    """The optimizer may inline the decoded record into every rule that reads it (a filter on the
+    verdict pushed below the decoding did so 63 times): in the plan of each way the jobs read
+    decoded rows, each schema version's from_avro must occur once, or decoding runs once per rule."""
+    from schemas.codec import versions_of
+    from streaming.decode import dead_letters, decode, good
+    from streaming.driver_batch import FIELDS, TopicReader
+    from streaming.matching_job import event_columns
+
+    def decodings(df) -> int:  # type: ignore[no-untyped-def]
+        return str(df._jdf.queryExecution().executedPlan().toString()).count("from_avro(")
+
+    df = _frame(spark, [("t", b"")])
+    for spec in INPUT_TOPICS:
+        versions = len(versions_of(spec.schema))
+        assert decodings(good(decode(df, spec))) == versions, spec.name
+        assert decodings(dead_letters(decode(df, spec))) == versions, spec.name
+    assert decodings(event_columns(decode(df, TOPICS["siftstream.events.v1"]))) == 1
+    for topic in FIELDS:
+        reader = TopicReader(topic, topic)
+        assert decodings(reader.decoder(df.where(reader.where)).select(*reader.columns)) == len(
+            versions_of(TOPICS[topic].schema)
+        ), topic
