@@ -19,8 +19,13 @@ The layout they work on (all arrays owned by ``MatchIndex``; "fid" is a distinct
   subscriptions packed in fid order, ``m_packed[m_start[f] : m_start[f + 1]]``, and the bitset
   ``exact`` of the fids whose set bits are all decisive.
 
-Matching (``MatchIndex.match``): ``event_rows`` (each event's bucket rows, sparsest first),
-``match_hits`` (the matching fids, as ``(event, fid)`` hits), ``group_hits`` (by event); the
+Each row has a summary, a bit per word (``summary[r, w >> 6]``: does ``rows[r, w]`` hold a bit?),
+refreshed by the flush (``summarize``, ``summarize_rows``).
+
+Matching (``MatchIndex.match``): ``event_rows`` (each event's bucket rows, sparsest first, and
+its path), ``match_listed`` (events whose summaries leave few words: those words alone) and
+``match_hits`` (the others, blockwise) give the matching fids as ``(event, fid)`` hits,
+``group_hits`` groups them by event (``event_offsets`` when all came from ``match_listed``); the
 ``Matches`` it returns spells out subscription slots on demand (``slot_offsets``, ``copy_slots``).
 
 A batch of changes (``MatchIndex.apply``) runs ``same_records`` (is the fid found by a filter's
@@ -53,6 +58,10 @@ INEXACT, SLOW = 1, 2
 M_FLAGS, M_PSTART, M_PCOUNT, M_MSTART, M_MCOUNT, M_MCAP = 0, 1, 2, 3, 4, 5
 # bucket outcomes
 NONE, FULL, PARTIAL = 0, 1, 2
+# how an event's rows are ANDed (``event_rows``): whole, word by word after two, or only the listed words
+DENSE, SPARSE, LISTED = 0, 1, 2
+# an event is LISTED when at most 1 / LISTED_RATIO of the words can hold a match by the summaries
+LISTED_RATIO = 4
 
 trailing_zeros: Any = _cttz  # LLVM's count of trailing zeros (numba's intrinsic, untyped for mypy)
 
@@ -194,15 +203,57 @@ def _popcount(x):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def summarize(rows, n_rows, words, summary):  # type: ignore[no-untyped-def]
+    """Refresh ``summary[r, w >> 6]``'s bit ``w & 63`` (whether ``rows[r, w]`` holds a bit) for
+    every row ``r < n_rows`` and every word ``w`` in ``words``."""
+    for i in range(words.shape[0]):
+        w = words[i]
+        sw = w >> 6
+        bit = np.uint64(1) << np.uint64(w & 63)
+        for r in range(n_rows):
+            if rows[r, w] != 0:
+                summary[r, sw] |= bit
+            else:
+                summary[r, sw] &= ~bit
+
+
+@njit(cache=True)
+def summarize_rows(rows, r0, r1, summary):  # type: ignore[no-untyped-def]
+    """Recompute ``summary`` of rows ``r0 .. r1 - 1`` whole."""
+    for r in range(r0, r1):
+        for sw in range(summary.shape[1]):
+            summary[r, sw] = 0
+        for w in range(rows.shape[1]):
+            if rows[r, w] != 0:
+                summary[r, w >> 6] |= np.uint64(1) << np.uint64(w & 63)
+
+
+@njit(cache=True)
 def event_rows(
-    ev_kind, ev_val, ev_delta, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, rows, n_rows, n_words
+    ev_kind,
+    ev_val,
+    ev_delta,
+    n_attr,
+    fixed_rows,
+    str_rows,
+    num_cuts,
+    num_ncuts,
+    num_rows,
+    rows,
+    n_rows,
+    n_words,
+    summary,
 ):  # type: ignore[no-untyped-def]
     """Each event's bucket rows (``bucket_rows``), sorted by how many bits they have, fewest first,
-    and whether few words of the AND of its two sparsest rows hold a bit (``sparse``).
+    and how ``match_listed``/``match_hits`` should AND them (``path``).
 
-    Both are judged on up to 64 words spread over the rows: the sparsest rows come first in the
-    AND, so that ``match_hits`` can tell early which words are empty; an event that is not
-    ``sparse`` (range filters, as W1's) gets the plain whole-row AND.
+    ``path[e]`` is ``LISTED`` when few words hold a bit in all of the event's rows by their
+    ``summary`` (a bit per word: does it hold any?): those words alone are ANDed
+    (``match_listed``; Gryphon's equality filters, whose fids cluster in sorted order). Otherwise
+    the rows are sampled on up to 64 words: ``SPARSE`` when few sampled words of the AND of the
+    two sparsest rows hold a bit (the sparsest rows come first in the AND, so that
+    ``match_hits`` can tell early which words are empty), ``DENSE`` for the plain whole-row AND
+    (range filters, as W1's).
     """
     n = ev_kind.shape[0]
     pop = np.zeros(max(1, n_rows), dtype=np.int64)
@@ -213,7 +264,8 @@ def event_rows(
             c += _popcount(rows[r, j])
         pop[r] = c
     row_of = np.empty((n, max(1, n_attr)), dtype=np.int64)
-    sparse = np.zeros(n, dtype=np.bool_)
+    path = np.full(n, DENSE, dtype=np.int8)
+    sw_n = (n_words + 63) // 64
     for e in range(n):
         out = row_of[e]
         bucket_rows(ev_kind, ev_val, ev_delta, e, n_attr, fixed_rows, str_rows, num_cuts, num_ncuts, num_rows, out)
@@ -225,20 +277,172 @@ def event_rows(
                 out[j + 1] = out[j]
                 j -= 1
             out[j + 1] = r
-        if n_attr > 1:
+        if n_attr == 0:
+            continue
+        c = 0
+        for sw in range(sw_n):
+            s = summary[out[0], sw]
+            for a in range(1, n_attr):
+                s &= summary[out[a], sw]
+            c += _popcount(s)
+        if LISTED_RATIO * c <= n_words:
+            path[e] = LISTED
+        elif n_attr > 1:
             c = 0
             t = 0
             for j in range(0, n_words, step):
                 c += (rows[out[0], j] & rows[out[1], j]) != 0
                 t += 1
-            sparse[e] = 4 * c <= t
-    return row_of, sparse
+            if 4 * c <= t:
+                path[e] = SPARSE
+    return row_of, path
+
+
+@njit(cache=True, inline="always")
+def _emit_all(e, base, x, hit_ev, hit_fid, k):  # type: ignore[no-untyped-def]
+    """Event ``e``'s hits ``base + i`` for every set bit ``i`` of ``x`` (room is the caller's
+    concern); returns the new hit count."""
+    while x != 0:
+        hit_ev[k] = e
+        hit_fid[k] = base + trailing_zeros(x)
+        k += 1
+        x &= x - np.uint64(1)
+    return k
+
+
+@njit(cache=True, inline="always")
+def _emit(e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, hit_ev, hit_fid, slow_pairs, k, ns):  # type: ignore[no-untyped-def]
+    """Event ``e``'s hits among the fids ``base + i`` of the set bits ``i`` of word ``x``
+    (``exw``: which of them are decisive). Returns ``(k, ns, full)``: the hit and slow-pair
+    counts, and 1 when ``hit_fid`` filled up, 2 when ``slow_pairs`` did (the caller then redoes
+    the event later). The callers take a word whose bits are all decisive themselves (inline,
+    the common case: a call per word costs twice the AND)."""
+    cap = hit_fid.shape[0]
+    y = x & exw  # decisive: matches outright
+    if k + _popcount(y) > cap:
+        return k, ns, 1
+    k = _emit_all(e, base, y, hit_ev, hit_fid, k)
+    y = x & ~exw
+    while y != 0:
+        f = base + trailing_zeros(y)
+        y &= y - np.uint64(1)
+        flags = meta[f, M_FLAGS]
+        if flags & INEXACT:
+            if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
+                continue
+        if flags & SLOW:
+            if ns >= slow_pairs.shape[0]:
+                return k, ns, 2
+            slow_pairs[ns, 0] = e
+            slow_pairs[ns, 1] = f
+            ns += 1
+            continue
+        if k >= cap:
+            return k, ns, 1
+        hit_ev[k] = e
+        hit_fid[k] = f
+        k += 1
+    return k, ns, 0
+
+
+@njit(cache=True)
+def _emit_call(e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, hit_ev, hit_fid, slow_pairs, k, ns):  # type: ignore[no-untyped-def]
+    """``_emit`` as a call: where words needing a check are rare (``match_listed``), its code
+    inline slows the common path (by ~1.5x on Gryphon); in ``match_hits`` (W1's verified ranges)
+    the call costs more."""
+    return _emit(
+        e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, hit_ev, hit_fid, slow_pairs, k, ns
+    )
+
+
+@njit(cache=True)
+def match_listed(
+    row_of,
+    path,
+    n_attr,
+    rows,
+    n_words,
+    summary,
+    exact,
+    ev_kind,
+    ev_val,
+    ev_delta,
+    meta,
+    p_code,
+    p_ab,
+    lit,
+    hit_ev,
+    hit_fid,
+    slow_pairs,
+    resume,
+):  # type: ignore[no-untyped-def]
+    """The matching fids of the ``LISTED`` events, from the position ``resume = [_, event, hits,
+    slow pairs, _]``, event after event (so their hits come out grouped by event, in fid order).
+
+    The words whose bit is set in the ``summary`` of every one of the event's rows are listed
+    (they are all that can hold a match), and only they are ANDed, row after row over the list
+    (a gather with no branch). Hits and the buffers' ``resume`` as ``match_hits``.
+    """
+    n = row_of.shape[0]
+    resume[4] = 0
+    sw_n = (n_words + 63) // 64
+    words = np.empty(max(1, n_words), dtype=np.int64)
+    acc = np.empty(max(1, n_words), dtype=np.uint64)
+    k = resume[2]
+    ns = resume[3]
+    for e in range(resume[1], n):
+        if path[e] != LISTED:
+            continue
+        rr = row_of[e]
+        c = 0
+        for sw in range(sw_n):
+            s = summary[rr[0], sw]
+            for a in range(1, n_attr):
+                s &= summary[rr[a], sw]
+            while s != 0:
+                words[c] = sw * 64 + trailing_zeros(s)
+                c += 1
+                s &= s - np.uint64(1)
+        src = rows[rr[0]]
+        for i in range(c):
+            acc[i] = src[words[i]]
+        for a in range(1, n_attr):
+            src = rows[rr[a]]
+            for i in range(c):
+                acc[i] &= src[words[i]]
+        k_event = k
+        ns_event = ns
+        for i in range(c):
+            x = acc[i]
+            if x == 0:
+                continue
+            j = words[i]
+            base = j * 64
+            exw = exact[j]
+            full = 0
+            if x & ~exw == 0 and k + 64 <= hit_fid.shape[0]:
+                k = _emit_all(e, base, x, hit_ev, hit_fid, k)
+            else:
+                k, ns, full = _emit_call(
+                    e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, hit_ev, hit_fid,
+                    slow_pairs, k, ns,
+                )  # fmt: skip
+            if full:
+                resume[1] = e
+                resume[2] = k_event
+                resume[3] = ns_event
+                resume[4] = full - 1
+                return False
+    resume[1] = n
+    resume[2] = k
+    resume[3] = ns
+    return True
 
 
 @njit(cache=True)
 def match_hits(
     row_of,
-    sparse,
+    path,
     n_attr,
     rows,
     n_words,
@@ -256,32 +460,28 @@ def match_hits(
     slow_pairs,
     resume,
 ):  # type: ignore[no-untyped-def]
-    """The matching fids of every event, from the position ``resume = [block, event, hits, slow pairs, _]``.
+    """The matching fids of every event not ``LISTED``, from the position ``resume = [block, event,
+    hits, slow pairs, _]``.
 
-    ``row_of[e]``: event ``e``'s bucket rows, sparsest first, and ``sparse[e]`` (``event_rows``). The fids are taken
-    ``block_words`` words (64 fids each) at a time, and within a block every event: the block's
-    slice of the rows stays in cache while the events stream by. An event that is not ``sparse``
-    gets the AND of its rows whole. For the others, per block, the AND of the two sparsest rows
-    says which words can hold a match; when few can (filters stored in
-    sorted order cluster, so an equality on a leading attribute empties whole stretches of
-    words), each of those words is ANDed with the other rows one by one, stopping at the first
-    zero; when many can, the other rows are ANDed whole (a loop LLVM vectorizes). Fids in
-    ``exact`` match outright; others are verified (``verify``). Hits come out as ``(hit_ev,
-    hit_fid)`` pairs, block by block, in fid order within an event; a slow pair ``(event, fid)``
-    still needs Python's check. Returns True when done; False when a buffer filled up, with
-    ``resume`` set to the start of the event that did not fit (and ``resume[4]`` to 1 when it was
-    ``slow_pairs``).
+    ``row_of[e]``: event ``e``'s bucket rows, sparsest first, and ``path[e]`` (``event_rows``). The
+    fids are taken ``block_words`` words (64 fids each) at a time, and within a block every event: the block's
+    slice of the rows stays in cache while the events stream by. A ``DENSE`` event gets the AND
+    of its rows whole. For a ``SPARSE`` one, per block, the AND of the two sparsest rows says
+    which words can hold a match; when few can (filters stored in sorted order cluster, so an
+    equality on a leading attribute empties whole stretches of words), each of those words is
+    ANDed with the other rows one by one, stopping at the first zero; when many can, the other
+    rows are ANDed whole (a loop LLVM vectorizes). Fids in ``exact`` match outright; others are
+    verified (``verify``). Hits come out as ``(hit_ev, hit_fid)`` pairs, block by block, in fid
+    order within an event; a slow pair ``(event, fid)`` still needs Python's check. Returns True
+    when done; False when a buffer filled up, with ``resume`` set to the start of the event that
+    did not fit (and ``resume[4]`` to 1 when it was ``slow_pairs``).
     """
     n = row_of.shape[0]
     resume[4] = 0
     if n_attr == 0 or n_words == 0:
-        resume[2] = 0
-        resume[3] = 0
         return True
     acc = np.empty(block_words, dtype=np.uint64)
     nz = np.empty(block_words, dtype=np.int64)
-    cap = hit_fid.shape[0]
-    scap = slow_pairs.shape[0]
     k = resume[2]
     ns = resume[3]
     for b in range(resume[0], (n_words + block_words - 1) // block_words):
@@ -291,9 +491,12 @@ def match_hits(
         ex = exact[w0 : w0 + m]
         acc_m = acc[:m]  # 1-D views let LLVM vectorize the AND (2-D indexing runs 4x slower)
         for e in range(e_start, n):
+            if path[e] == LISTED:
+                continue
             rr = row_of[e]
             src = rows[rr[0], w0 : w0 + m]
-            if not sparse[e]:  # the plain AND of whole rows
+            sparse = path[e] == SPARSE
+            if not sparse:  # the plain AND of whole rows
                 acc_m[:] = src
                 for a in range(1, n_attr):
                     src = rows[rr[a], w0 : w0 + m]
@@ -307,19 +510,19 @@ def match_hits(
                     acc_m[j] = src[j] & src1[j]
             else:
                 acc_m[:] = src
-            if sparse[e]:
+            if sparse:
                 c = 0
                 for j in range(m):  # the words left, listed without a branch
                     nz[c] = j
                     c += acc_m[j] != 0
                 dense = 4 * c > m
-            if sparse[e] and dense:
+            if sparse and dense:
                 for a in range(2, n_attr):
                     src = rows[rr[a], w0 : w0 + m]
                     for j in range(m):
                         acc_m[j] &= src[j]
                 c = m
-            elif sparse[e]:
+            elif sparse:
                 for i in range(c):
                     j = nz[i]
                     x = acc_m[j]
@@ -330,56 +533,43 @@ def match_hits(
                     acc_m[j] = x
             k_event = k
             ns_event = ns
-            full = False
             for i in range(c):
                 j = i if dense else nz[i]
                 x = acc_m[j]
                 if x == 0:
                     continue
                 base = (w0 + j) * 64
-                y = x & ex[j]  # decisive: matches outright
-                while y != 0:
-                    if k >= cap:
-                        full = True
-                        break
-                    hit_ev[k] = e
-                    hit_fid[k] = base + trailing_zeros(y)
-                    k += 1
-                    y &= y - np.uint64(1)
-                y = x & ~ex[j]
-                while y != 0 and not full:
-                    f = base + trailing_zeros(y)
-                    y &= y - np.uint64(1)
-                    flags = meta[f, M_FLAGS]
-                    if flags & INEXACT:
-                        if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
-                            continue
-                    if flags & SLOW:
-                        if ns >= scap:
-                            full = True
-                            resume[4] = 1
-                            break
-                        slow_pairs[ns, 0] = e
-                        slow_pairs[ns, 1] = f
-                        ns += 1
-                        continue
-                    if k >= cap:
-                        full = True
-                        break
-                    hit_ev[k] = e
-                    hit_fid[k] = f
-                    k += 1
+                exw = ex[j]
+                full = 0
+                if x & ~exw == 0 and k + 64 <= hit_fid.shape[0]:
+                    k = _emit_all(e, base, x, hit_ev, hit_fid, k)
+                else:
+                    k, ns, full = _emit(
+                        e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, hit_ev, hit_fid,
+                        slow_pairs, k, ns,
+                    )  # fmt: skip
                 if full:
-                    break
-            if full:
-                resume[0] = b
-                resume[1] = e
-                resume[2] = k_event
-                resume[3] = ns_event
-                return False
+                    resume[0] = b
+                    resume[1] = e
+                    resume[2] = k_event
+                    resume[3] = ns_event
+                    resume[4] = full - 1
+                    return False
     resume[2] = k
     resume[3] = ns
     return True
+
+
+@njit(cache=True)
+def event_offsets(hit_ev, k, fid_offsets):  # type: ignore[no-untyped-def]
+    """CSR offsets by event of the first ``k`` hits when they are already grouped by event."""
+    n = fid_offsets.shape[0] - 1
+    i = 0
+    fid_offsets[0] = 0
+    for e in range(n):
+        while i < k and hit_ev[i] == e:
+            i += 1
+        fid_offsets[e + 1] = i
 
 
 @njit(cache=True)

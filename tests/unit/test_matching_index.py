@@ -959,3 +959,55 @@ def test_equality_filters_in_sorted_blocks_and_runs(cache_bytes: int) -> None:
         del model[sid]
     model["new"] = parse_filter("a0 = 1")
     check_matches(index.match(events), model_ids(model, events))
+
+
+def test_listed_and_whole_row_paths_in_one_batch_while_summaries_change() -> None:
+    """Clustered equality filters (few words can match an event: the summary-listed path) beside
+    range filters that an event with ``z`` matches all over (the whole-row path), in the same
+    batches; the per-word summaries must follow removals that empty words, fids reused by
+    another literal's filters, new literals (new rows) and a growing number of distinct filters
+    (more words), or the listed path would miss matches."""
+    rng = random.Random(11)
+    model: dict[str, Filter] = {}
+    for i in range(2310):  # distinct equality filters (every a0, a1, a2 triple), clustered by a0
+        model[f"eq{i:04d}"] = parse_filter(f"a0 = {i % 30} and a1 = {i % 7} and a2 = {i % 11}")
+    for i in range(1500):  # ranges, numbered after them
+        model[f"rg{i:04d}"] = parse_filter(f"z > {i}")
+    index = build(model)
+
+    def events(n: int, a0: int | None = None, z: bool = True) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for _ in range(n):
+            ev: dict[str, object] = {"a0": rng.randrange(32) if a0 is None else a0}
+            ev |= {"a1": rng.randrange(7), "a2": rng.randrange(11)}
+            if z and rng.random() < 0.5:
+                ev["z"] = rng.choice((700, 5000))  # the range filters' fids: candidates everywhere
+            out.append(ev)
+        return out
+
+    def check(evs: list[dict[str, object]]) -> dict[str, int]:
+        check_matches(index.match(evs), model_ids(model, evs))
+        return dict(index.stats()["paths"])
+
+    paths = check(events(60))
+    assert paths["listed"] > 0 and paths["dense"] + paths["sparse"] > 0, paths
+    for sid in [s for s in model if s.startswith("eq") and int(s[2:]) % 30 in (3, 4, 5)]:
+        index.remove(sid)  # empties the words of a0 = 3, 4, 5
+        del model[sid]
+    check(events(60))
+    rows = index.stats()["rows"]
+    for i in range(231):  # new filters of a0 = 7 take the freed fids: words its row did not hold
+        a1, a2 = ("!=" if i // 77 != 1 else "=", i % 7), ("!=" if i // 77 != 0 else "=", i % 11)
+        model[f"re{i}"] = parse_filter(f"a0 = 7 and a1 {a1[0]} {a1[1]} and a2 {a2[0]} {a2[1]}")
+        index.add(f"re{i}", model[f"re{i}"])
+    evs = events(40, a0=7, z=False)
+    assert check(evs)["listed"] == len(evs)
+    assert index.stats()["rows"] == rows  # (existing literals only: no new row)
+    for i in range(200):  # new literals: new rows, copied from existing ones
+        model[f"new{i}"] = parse_filter(f"a0 = {100 + i % 7} and a1 = {i % 3}")
+        index.add(f"new{i}", model[f"new{i}"])
+    for i in range(6000):  # many more distinct filters: more words (the rows grow)
+        model[f"more{i}"] = parse_filter(f"a0 = {i % 30} and a1 = {i % 7} and a2 = {i}")
+        index.add(f"more{i}", model[f"more{i}"])
+    assert check(events(60))["listed"] > 0
+    check([{"a0": 100 + i % 7, "a1": i % 3, "a2": i} for i in range(20)])
