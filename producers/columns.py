@@ -26,55 +26,21 @@ and ``codec_for("Event").encode(record)`` for each ``record`` of :meth:`EventCol
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import orjson
-from numba import njit
 
 from schemas.codec import codec_for
+from schemas.segments import Segments, assemble, const, doubles_le, len_prefixed, split_rows, table, varints
 
 Kind = Literal["long", "double", "string", "boolean"]
 KINDS: tuple[Kind, ...] = ("long", "double", "string", "boolean")  # the order of the wire's maps
 
 
-# --- byte segments -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Segments:
-    """``n`` byte strings: row ``i`` is ``data[starts[i] : starts[i] + lens[i]]``.
-
-    ``starts`` and ``lens`` may be plain ints, meaning the same for every row (a constant).
-    """
-
-    data: np.ndarray
-    starts: np.ndarray | int
-    lens: np.ndarray | int
-
-    @property
-    def constant(self) -> bool:
-        return isinstance(self.starts, int) and isinstance(self.lens, int)
-
-    def masked(self, present: np.ndarray | None) -> Segments:
-        """The same segments, empty in the rows where ``present`` is false."""
-        if present is None:
-            return self
-        return Segments(self.data, self.starts, np.where(present, self.lens, 0))
-
-
-def const(raw: bytes) -> Segments:
-    return Segments(np.frombuffer(raw, np.uint8), 0, len(raw))
-
-
-def table(entries: Sequence[bytes], codes: np.ndarray) -> Segments:
-    """Row ``i`` is ``entries[codes[i]]``."""
-    lens = np.fromiter((len(e) for e in entries), np.int64, len(entries))
-    starts = np.cumsum(lens) - lens
-    return Segments(np.frombuffer(b"".join(entries), np.uint8), starts[codes], lens[codes])
+# --- JSON number text -----------------------------------------------------------------------------
 
 
 def number_text(values: np.ndarray) -> Segments:
@@ -92,107 +58,6 @@ def number_text(values: np.ndarray) -> Segments:
     starts[1:] = commas + 1
     ends[:-1] = commas
     return Segments(data, starts, ends - starts)
-
-
-_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)  # ten 7-bit groups cover 64 bits
-
-
-def varints(values: np.ndarray | int) -> Segments:
-    """Avro's zig-zag varint of each value (``long`` and ``int``; lengths and counts too)."""
-    if isinstance(values, int):
-        from schemas.fastenc import zigzag
-
-        return const(zigzag(values))
-    v = values.astype(np.int64)
-    z = ((v << 1) ^ (v >> 63)).view(np.uint64)
-    if len(z) and int(z.max()) < 0x80:  # the usual case for lengths and small numbers: one byte
-        return Segments(z.astype(np.uint8), np.arange(len(z)), 1)
-    groups = ((z[:, None] >> _SHIFTS) & np.uint64(0x7F)).astype(np.uint8)
-    nbytes = 1 + np.count_nonzero(z[:, None] >> _SHIFTS[1:], axis=1)
-    groups[np.arange(10) < (nbytes - 1)[:, None]] |= 0x80
-    return Segments(groups.ravel(), np.arange(len(z)) * 10, nbytes)
-
-
-def doubles_le(values: np.ndarray) -> Segments:
-    """Avro's ``double``: 8 bytes, little-endian IEEE 754."""
-    data = np.ascontiguousarray(values, dtype="<f8").view(np.uint8)
-    return Segments(data, np.arange(len(values)) * 8, 8)
-
-
-def assemble(parts: Sequence[Segments], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate the parts row by row: row ``i`` is part 0's row ``i``, part 1's row ``i``, ...
-
-    Returns the bytes of all rows (uint8) and the ``n + 1`` row offsets into them.
-    """
-    merged: list[Segments] = []
-    for p in parts:  # neighbouring constants become one segment
-        if merged and p.constant and merged[-1].constant:
-            merged[-1] = const(merged[-1].data.tobytes() + p.data.tobytes())
-        else:
-            merged.append(p)
-    varying = [p for p in merged if not p.constant]
-    starts = np.empty((len(varying), n), np.int64)
-    lens = np.empty((len(varying), n), np.int64)
-    part_start = np.empty(len(merged), np.int64)  # a constant's start, or -1 - its row in the matrices
-    part_len = np.empty(len(merged), np.int64)
-    base, v = 0, 0
-    for j, p in enumerate(merged):
-        if p.constant:
-            part_start[j], part_len[j] = base + int(p.starts), int(p.lens)
-        else:
-            starts[v] = p.starts
-            starts[v] += base
-            lens[v] = p.lens
-            part_start[j], part_len[j] = -1 - v, 0
-            v += 1
-        base += len(p.data)
-    source = np.concatenate([p.data for p in merged])
-    offsets = np.zeros(n + 1, np.int64)
-    offsets[1:] = np.cumsum(lens.sum(axis=0) + part_len.sum())
-    out = np.empty(int(offsets[-1]), np.uint8)
-    _gather(source, part_start, part_len, starts, lens, offsets, out)
-    return out, offsets
-
-
-@njit(cache=True)
-def _gather(
-    source: np.ndarray,
-    part_start: np.ndarray,
-    part_len: np.ndarray,
-    starts: np.ndarray,
-    lens: np.ndarray,
-    offsets: np.ndarray,
-    out: np.ndarray,
-) -> None:
-    """The copy loop of :func:`assemble` (compiled: a numpy gather needs an index per byte).
-
-    Rows go in blocks, part by part within a block, so that the (varying parts, rows) matrices
-    ``starts`` and ``lens`` are read in order and the block's output stays in cache.
-    """
-    n = offsets.shape[0] - 1
-    block = 512
-    pos = np.empty(block, np.int64)
-    for b0 in range(0, n, block):
-        b1 = min(n, b0 + block)
-        for i in range(b0, b1):
-            pos[i - b0] = offsets[i]
-        for j in range(part_start.shape[0]):
-            v = -1 - part_start[j]
-            for i in range(b0, b1):
-                if v < 0:
-                    s, m = part_start[j], part_len[j]
-                else:
-                    s, m = starts[v, i], lens[v, i]
-                p = pos[i - b0]
-                for b in range(m):
-                    out[p + b] = source[s + b]
-                pos[i - b0] = p + m
-
-
-def split_rows(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:
-    raw = data.tobytes()
-    bounds = offsets.tolist()
-    return [raw[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 # --- columns --------------------------------------------------------------------------------------
@@ -279,17 +144,6 @@ class Attr:
     kind: Kind
     values: np.ndarray | Text
     present: np.ndarray | None = None
-
-
-def _len_prefixed(segs: list[Segments], n: int) -> list[Segments]:
-    """Avro's string: the byte length as a varint, then the bytes."""
-    if all(s.constant for s in segs):
-        total: np.ndarray | int = sum(int(s.lens) for s in segs)
-    else:
-        total = np.zeros(n, np.int64)
-        for s in segs:
-            total = total + s.lens
-    return [varints(total), *segs]
 
 
 _PY = {"long": int, "double": float, "boolean": bool, "string": str}
@@ -431,8 +285,8 @@ class EventColumns:
         if n == 0:
             return []
         parts = [const(codec_for("Event").header)]
-        parts += _len_prefixed(self.event_id.segments(json=False), n)
-        parts += _len_prefixed(self.publisher_id.segments(json=False), n)
+        parts += len_prefixed(self.event_id.segments(json=False), n)
+        parts += len_prefixed(self.publisher_id.segments(json=False), n)
         parts += [varints(self.published_at), varints(self.lifetime_ms)]
         for kind in KINDS:
             attrs = [a for a in self.attributes if a.kind == kind]
@@ -445,9 +299,9 @@ class EventColumns:
             parts.append(varints(count).masked(count > 0))  # an empty map is only its end marker
             for a in attrs:
                 key = [const(a.name.encode())] if isinstance(a.name, str) else a.name.segments(json=False)
-                entry = _len_prefixed(key, n)
+                entry = len_prefixed(key, n)
                 if isinstance(a.values, Text):
-                    entry += _len_prefixed(a.values.segments(json=False), n)
+                    entry += len_prefixed(a.values.segments(json=False), n)
                 elif kind == "boolean":
                     entry.append(table([b"\x00", b"\x01"], a.values.astype(np.int64)))
                 elif kind == "double":

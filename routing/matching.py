@@ -175,7 +175,8 @@ class Matches:
         offsets: npt.NDArray[np.int64] | None,
         slots: npt.NDArray[np.int32] | None,
         names: Sequence[str | None],
-        ranker: Callable[[], tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]] | None = None,
+        ranker: Callable[[], tuple[npt.NDArray[np.object_], npt.NDArray[np.int64], npt.NDArray[np.object_]]]
+        | None = None,
         runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32]]
         | None = None,
     ) -> None:
@@ -243,8 +244,7 @@ class Matches:
     def flat_ids(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
         """Every event's ids at once: ``ids[offsets[i]:offsets[i + 1]]`` is ``ids(i)`` as an array.
 
-        Vectorized (one sort of the whole batch by event, then by the ids' rank), for writers
-        that turn the result into columns.
+        Vectorized (``sorted_ranks``), for writers that turn the result into columns.
 
         Examples
         --------
@@ -255,24 +255,50 @@ class Matches:
         >>> offsets.tolist(), ids.tolist()
         ([0, 3, 3, 6], ['a', 'b', 'c', 'a', 'b', 'c'])
         """
+        offsets, ranks, by_rank = self.sorted_ranks()
+        return offsets, by_rank[ranks]
+
+    def sorted_ranks(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+        """Every event's subscriptions as ranks of their ids in plain string order, ascending within
+        each event, and the ids in rank order: ``by_rank[ranks[offsets[i]:offsets[i + 1]]]`` are
+        ``ids(i)``. ``by_rank`` is the same array for every ``Matches`` of one index version (a
+        writer may keep what it derives from it); ``ranks`` come from compiled loops (a bitmap
+        over the ranks for events with many subscriptions, without spelling out ``slots``).
+
+        >>> index = MatchIndex()
+        >>> for sid in ("b", "a", "c"):
+        ...     index.add(sid, "x > 0" if sid != "b" else "x > 1")
+        >>> offsets, ranks, by_rank = index.match([{"x": 1}, {"x": 2}]).sorted_ranks()
+        >>> offsets.tolist(), ranks.tolist(), by_rank.tolist()
+        ([0, 2, 5], [0, 2, 0, 1, 2], ['a', 'b', 'c'])
+        """
         if self._ranker is not None:
-            names, rank = self._ranker()
+            _, rank, by_rank = self._ranker()
         else:
-            names, rank = _name_ranks(self._names)
-        slots = self.slots
-        events = np.repeat(np.arange(len(self)), self.counts())
-        order = np.lexsort((rank[slots], events))
-        return self.offsets, names[slots[order]]
+            _, rank, by_rank = _name_ranks(self._names)
+        offsets = self.offsets
+        if self._slots is None and self._runs is not None:  # straight from the runs
+            fid_offsets, fids, m_start, m_packed = self._runs
+            ranks = np.empty(int(offsets[-1]), dtype=np.int64)
+            K.ranked_members(fid_offsets, fids, m_start, m_packed, rank, len(rank), offsets, ranks)
+        else:
+            ranks = rank[self.slots]
+            K.sort_segments(offsets, ranks)
+        return offsets, ranks, by_rank
 
 
-def _name_ranks(names: Sequence[str | None]) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]:
-    """The names as an object array, and each one's rank in plain string (code point) order."""
+def _name_ranks(
+    names: Sequence[str | None],
+) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+    """The names as an object array, each one's rank in plain string (code point) order, and the
+    names in that order."""
     arr = np.empty(len(names), dtype=object)
     arr[:] = [n if n is not None else "" for n in names]
-    rank = np.empty(len(arr), dtype=np.int64)
     # Python's sort: numpy's fixed-width strings would drop trailing NUL characters
-    rank[sorted(range(len(arr)), key=arr.__getitem__)] = np.arange(len(arr))
-    return arr, rank
+    order = np.asarray(sorted(range(len(arr)), key=arr.__getitem__), dtype=np.int64)
+    rank = np.empty(len(arr), dtype=np.int64)
+    rank[order] = np.arange(len(arr))
+    return arr, rank, arr[order]
 
 
 class BruteForceIndex:
@@ -551,7 +577,7 @@ class MatchIndex:
         self._pending_clear: list[int] = []
         self._expected = 16.0  # matches per event, a running estimate that sizes match's buffers
         self._version = 0  # bumped by every change; ``Matches`` of an older version cannot name slots
-        self._ranks: tuple[int, npt.NDArray[np.object_], npt.NDArray[np.int64]] | None = None
+        self._ranks: tuple[int, npt.NDArray[np.object_], npt.NDArray[np.int64], npt.NDArray[np.object_]] | None = None
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -1178,12 +1204,12 @@ class MatchIndex:
             fid_offsets, fids = self._check_slow(batch, fid_offsets, fids, self._slow_pairs[:n_slow])
         version = self._version
 
-        def ranker() -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]:
+        def ranker() -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64], npt.NDArray[np.object_]]:
             if self._version != version:
                 raise RuntimeError("the index changed since this match: its slots name other subscriptions now")
             if self._ranks is None or self._ranks[0] != version:
                 self._ranks = (version, *_name_ranks(self._names))
-            return self._ranks[1], self._ranks[2]
+            return self._ranks[1], self._ranks[2], self._ranks[3]
 
         self._packed_shared = True
         return Matches(None, None, self._names, ranker, (fid_offsets, fids, self._m_start, self._m_packed))

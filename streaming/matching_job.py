@@ -24,16 +24,16 @@ both topics, recorded by Spark in its offset log before ``B`` runs. ``foreachBat
    ~1 s per micro-batch), then one ``mapInArrow`` turns the typed attribute maps of each Arrow
    batch into ``EventBatch`` columns with numpy and calls ``index.match`` once per Arrow batch.
    Events the decoder rejected pass through the same operator untouched (so the Kafka input is
-   read once, in one linear plan), and a final projection in the JVM encodes every row either as
-   a ``Match`` (Avro single-object encoding with ``to_avro``, keyed by ``event_id``) or as a
-   ``DeadLetter`` (keyed ``topic/partition/offset``, exactly as the validation job writes it).
-   Rejected subscriptions are added to the same write. One Kafka write per micro-batch; every
-   valid event gets a ``Match`` record, with an empty ``subscription_ids`` when nothing matched
-   (as SPEC.md section 3). Encoding the ``Match`` in the JVM was measured against encoding it in
-   the Python worker (``schemas.fastenc``, or hand-framed bytes with a per-id cache): building the
-   Arrow list of ids costs ~0.16 us per id, the Python encoders 0.23-0.38 us per id, so the JVM
-   path is kept; the dominant cost is ``Matches.ids(i)`` itself (~0.4 us per id, a Python sort per
-   event).
+   read once, in one linear plan). The Python worker also writes each valid event's whole
+   ``Match`` record (Avro single-object encoding, ``arrow_matching.match_values``: the ids' Avro
+   strings are kept per index version and laid out for the whole Arrow batch by one compiled
+   gather), and a final projection in the JVM routes every row either as that ``Match`` (keyed by
+   ``event_id``) or as a ``DeadLetter`` (keyed ``topic/partition/offset``, exactly as the
+   validation job writes it). Rejected subscriptions are added to the same write. One Kafka write
+   per micro-batch; every valid event gets a ``Match`` record, with an empty ``subscription_ids``
+   when nothing matched (as SPEC.md section 3). Earlier versions built an Arrow ``list<string>``
+   of the ids (a Python string per id, ~0.16 us each, after a sort of the whole batch) for the
+   JVM's ``to_avro``, which cost several times the matching at thousands of ids per event.
 
 Guarantees
 ----------
@@ -188,20 +188,15 @@ def output_columns(matches_topic: str, deadletter_topic: str) -> list[Column]:
     """The projection of ``output_records`` (built once per query: making Spark columns from Python
     costs hundreds of py4j calls, ~1 s a micro-batch on this machine when rebuilt every batch)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import to_avro
 
-    from schemas.codec import codec_for
     from streaming.decode import dead_letter_columns
 
-    codec = codec_for("Match")
     ok = F.col("error_code").isNull()
-    record = F.struct("event_id", "publisher_id", "published_at", "subscription_ids")
-    match_value = F.concat(F.lit(codec.header), to_avro(record, codec.schema_json))
     dl_key, dl_value = dead_letter_columns()
     return [
         F.when(ok, F.lit(matches_topic)).otherwise(F.lit(deadletter_topic)).alias("topic"),
         F.when(ok, F.col("event_id").cast("binary")).otherwise(dl_key).alias("key"),
-        F.when(ok, match_value).otherwise(dl_value).alias("value"),
+        F.when(ok, F.col("match_value")).otherwise(dl_value).alias("value"),
     ]
 
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,6 +79,12 @@ def _record_batch(rows: list[dict[str, Any] | None]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(cols)
 
 
+def _match_bytes(event: dict[str, Any], ids: list[str]) -> bytes:
+    """What ``schemas.codec`` writes for the event's ``Match`` record."""
+    fields = {k: event[k] for k in ("event_id", "publisher_id", "published_at")}
+    return codec_for("Match").encode({**fields, "subscription_ids": ids})
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     subs=st.dictionaries(st.sampled_from(INDEX_IDS), index_filters().map(str), max_size=12),
@@ -99,13 +106,44 @@ def test_match_batches_answers_like_the_oracle_as_the_table_changes(
             table.apply(later.items())
         ship = ShipState("job", "match", base_version, base, table.deltas(after=base_version), table.version)
         out = list(match_batches(ship, iter([_record_batch(rows[:5]), _record_batch(rows[5:])])))
-        got = [ids for rb in out for ids in rb.column("subscription_ids").to_pylist()]
+        got = [v for rb in out for v in rb.column("match_value").to_pylist()]
         oracle = BruteForceIndex()
         for sid, text in table.filters.items():
             oracle.add(sid, text)
         expected = oracle.match([r["attributes"] if r else {} for r in rows]).all_ids()
-        assert got == [e if r else None for e, r in zip(expected, rows, strict=True)]
+        assert got == [_match_bytes(r, e) if r else None for e, r in zip(expected, rows, strict=True)]
         offsets = [c for rb in out for c in rb.column("offset").to_pylist()]
         assert offsets == list(range(min(5, len(rows)))) + list(range(max(0, len(rows) - 5)))
     if rows:
         assert arrow_matching._REPLICAS["job"].rebuilds == 1
+
+
+@pytest.mark.parametrize("kind", ["match", "brute-force"])
+def test_match_values_of_sliced_batches_in_chunks(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many ids per event (multi-byte length varints, a non-ASCII id, counts past 63), events
+    that match nothing, rejected rows, a sliced input batch (Arrow offsets not at 0), and an
+    output split into pieces when the records would overflow a binary column (made small here)."""
+    arrow_matching._REPLICAS.clear()
+    filters = {f"s{i:03d}" + "x" * (i % 150): f"x > {i % 97}" for i in range(300)} | {"é": "x = 5"}
+    table = SubscriptionTable()
+    table.apply(filters.items())
+    ship = ShipState("chunks", kind, table.version, SimpleNamespace(value=dict(table.filters)), (), table.version)
+    rows: list[dict[str, Any] | None] = [
+        None if i % 7 == 3 else
+        {"event_id": f"e{i}" * (i % 40), "publisher_id": "pub", "published_at": 10**12 + i * (-1) ** i,
+         "lifetime_ms": 0, "attributes": {"x": i * 3 % 120}}
+        for i in range(40)
+    ]  # fmt: skip
+    batch = _record_batch([None, *rows, None]).slice(1, len(rows))
+    monkeypatch.setattr(arrow_matching, "_MAX_CHUNK_BYTES", 40_000)
+    out = list(match_batches(ship, iter([batch])))
+    assert len(out) > 2  # split
+    assert all(rb.column("match_value").nbytes < 45_000 for rb in out)
+    got = [v for rb in out for v in rb.column("match_value").to_pylist()]
+    oracle = BruteForceIndex()
+    for sid, text in filters.items():
+        oracle.add(sid, text)
+    expected = oracle.match([r["attributes"] if r else {} for r in rows]).all_ids()
+    assert got == [_match_bytes(r, e) if r else None for e, r in zip(expected, rows, strict=True)]
+    assert any(len(e) > 64 for e in expected) and any(not e for e, r in zip(expected, rows, strict=True) if r)
+    assert [o for rb in out for o in rb.column("offset").to_pylist()] == list(range(1, len(rows) + 1))

@@ -8,10 +8,11 @@ import orjson
 import pytest
 from hypothesis import given, settings
 
-from producers.columns import EventColumns, Text, Vocab, assemble, const, number_text, split_rows, varints
+from producers.columns import EventColumns, Text, Vocab, number_text
 from producers.workloads import PRESETS
 from schemas.codec import codec_for, decode
 from schemas.fastenc import zigzag
+from schemas.segments import assemble, const, split_rows, varints
 from tests.strategies import event_columns
 
 
