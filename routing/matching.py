@@ -175,8 +175,7 @@ class Matches:
         offsets: npt.NDArray[np.int64] | None,
         slots: npt.NDArray[np.int32] | None,
         names: Sequence[str | None],
-        ranker: Callable[[], tuple[npt.NDArray[np.object_], npt.NDArray[np.int64], npt.NDArray[np.object_]]]
-        | None = None,
+        ranker: Callable[[], tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]] | None = None,
         runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32]]
         | None = None,
     ) -> None:
@@ -273,9 +272,9 @@ class Matches:
         ([0, 2, 5], [0, 2, 0, 1, 2], ['a', 'b', 'c'])
         """
         if self._ranker is not None:
-            _, rank, by_rank = self._ranker()
+            rank, by_rank = self._ranker()
         else:
-            _, rank, by_rank = _name_ranks(self._names)
+            rank, by_rank = _name_ranks(self._names)
         offsets = self.offsets
         if self._slots is None and self._runs is not None:  # straight from the runs
             fid_offsets, fids, m_start, m_packed = self._runs
@@ -287,18 +286,16 @@ class Matches:
         return offsets, ranks, by_rank
 
 
-def _name_ranks(
-    names: Sequence[str | None],
-) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64], npt.NDArray[np.object_]]:
-    """The names as an object array, each one's rank in plain string (code point) order, and the
-    names in that order."""
+def _name_ranks(names: Sequence[str | None]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+    """Each name's rank in plain string (code point) order, and the names in that order (an object
+    array; None as "")."""
     arr = np.empty(len(names), dtype=object)
     arr[:] = [n if n is not None else "" for n in names]
     # Python's sort: numpy's fixed-width strings would drop trailing NUL characters
     order = np.asarray(sorted(range(len(arr)), key=arr.__getitem__), dtype=np.int64)
     rank = np.empty(len(arr), dtype=np.int64)
     rank[order] = np.arange(len(arr))
-    return arr, rank, arr[order]
+    return rank, arr[order]
 
 
 class BruteForceIndex:
@@ -465,9 +462,9 @@ class MatchIndex:
     leaves whole words empty, which are skipped. Each row keeps a summary bit per word (does it
     hold any?), refreshed by the flush for new rows and the words whose fids changed; an event
     whose summaries leave few words to AND (Gryphon: ~70 of ~770) is matched on those words
-    alone, event after event, so that its hits need no grouping. ``match`` answers with each event's matching
-    fids; a fid's subscriptions lie together in a member table rebuilt after changes, so the
-    ``Matches`` names them as runs and spells out slots only when asked.
+    alone, event after event, so that its hits need no grouping. ``match`` answers with each
+    event's matching fids; a fid's subscriptions lie together in a member table rebuilt after
+    changes, so the ``Matches`` names them as runs and spells out slots only when asked.
 
     Changes never rebuild the index, and they are applied in batches: ``apply(changes)``
     applies a batch, together with the changes that ``add`` and ``remove`` queued (``flush`` and
@@ -577,7 +574,7 @@ class MatchIndex:
         self._pending_clear: list[int] = []
         self._expected = 16.0  # matches per event, a running estimate that sizes match's buffers
         self._version = 0  # bumped by every change; ``Matches`` of an older version cannot name slots
-        self._ranks: tuple[int, npt.NDArray[np.object_], npt.NDArray[np.int64], npt.NDArray[np.object_]] | None = None
+        self._ranks: tuple[int, npt.NDArray[np.int64], npt.NDArray[np.object_]] | None = None
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -1204,12 +1201,12 @@ class MatchIndex:
             fid_offsets, fids = self._check_slow(batch, fid_offsets, fids, self._slow_pairs[:n_slow])
         version = self._version
 
-        def ranker() -> tuple[npt.NDArray[np.object_], npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+        def ranker() -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
             if self._version != version:
                 raise RuntimeError("the index changed since this match: its slots name other subscriptions now")
             if self._ranks is None or self._ranks[0] != version:
                 self._ranks = (version, *_name_ranks(self._names))
-            return self._ranks[1], self._ranks[2], self._ranks[3]
+            return self._ranks[1], self._ranks[2]
 
         self._packed_shared = True
         return Matches(None, None, self._names, ranker, (fid_offsets, fids, self._m_start, self._m_packed))
