@@ -1131,16 +1131,16 @@ class MatchIndex:
     def _summarize(self, words: npt.NDArray[np.int64]) -> None:
         """Bring the rows' summaries up to date: new rows whole, and ``words`` in every row."""
         shape = (self._rows.shape[0], (self._rows.shape[1] + 63) // 64)
-        if self._summary.shape != shape:  # the rows grew (seldom): all again
-            self._summary = np.zeros(shape, dtype=np.uint64)
-            self._summarised_rows = 0
-        if self._summarised_rows < self._n_rows:
-            K.summarize_rows(self._rows, self._summarised_rows, self._n_rows, self._summary)
-            self._summarised_rows = self._n_rows
-        if len(words) * 16 >= self._rows.shape[1]:  # many words: row after row is faster
+        if self._summary.shape != shape or len(words) * 16 >= self._rows.shape[1]:
+            # the rows grew (seldom), or many words changed (row after row is faster): all again
+            if self._summary.shape != shape:
+                self._summary = np.zeros(shape, dtype=np.uint64)
             K.summarize_rows(self._rows, 0, self._n_rows, self._summary)
-        elif len(words):
-            K.summarize(self._rows, self._n_rows, words, self._summary)
+        else:
+            K.summarize_rows(self._rows, self._summarised_rows, self._n_rows, self._summary)  # new rows
+            if len(words):
+                K.summarize(self._rows, self._n_rows, words, self._summary)
+        self._summarised_rows = self._n_rows
 
     # -- matching ---------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from routing.matching import BruteForceIndex, EventBatch, Matches, MatchIndex
 from routing.subscriptions import Delta, IndexReplica
 from schemas.codec import codec_for
 from schemas.fastenc import zigzag
-from schemas.segments import Segments, assemble, const, entry_runs, len_prefixed, varints
+from schemas.segments import Segments, assemble, const, entry_runs, len_prefixed, table, varints
 
 VALUE_KINDS = ("longs", "doubles", "strings", "booleans")
 PASS_THROUGH = (
@@ -210,11 +210,9 @@ def _id_strings(by_rank: np.ndarray) -> Segments:
     if _ID_TABLE[0] is by_rank:
         return cast(Segments, _ID_TABLE[1])
     raw = [sid.encode() for sid in by_rank.tolist()]
-    entries = [zigzag(len(b)) + b for b in raw]
-    lens = np.fromiter(map(len, entries), np.int64, len(entries))
-    table = Segments(np.frombuffer(b"".join(entries), np.uint8), np.cumsum(lens) - lens, lens)
-    _ID_TABLE[:] = [by_rank, table]
-    return table
+    ids = table([zigzag(len(b)) + b for b in raw], np.arange(len(raw)))
+    _ID_TABLE[:] = [by_rank, ids]
+    return ids
 
 
 def match_values(rb: pa.RecordBatch, matches: Matches) -> tuple[np.ndarray, np.ndarray]:
@@ -255,7 +253,7 @@ def _with_values(rb: pa.RecordBatch, data: np.ndarray, row_off: np.ndarray, bad:
 
 
 def match_batches(ship: ShipState, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: each input batch with its ``subscription_ids`` (see the module docstring)."""
+    """``mapInArrow`` body: each input batch with its ``match_value`` (see the module docstring)."""
     replica: IndexReplica | None = None
     for rb in batches:
         n = rb.num_rows

@@ -971,7 +971,7 @@ def test_listed_and_whole_row_paths_in_one_batch_while_summaries_change() -> Non
     model: dict[str, Filter] = {}
     for i in range(2310):  # distinct equality filters (every a0, a1, a2 triple), clustered by a0
         model[f"eq{i:04d}"] = parse_filter(f"a0 = {i % 30} and a1 = {i % 7} and a2 = {i % 11}")
-    for i in range(1500):  # ranges, numbered after them
+    for i in range(6000):  # ranges, numbered after them (and enough words that few changed ones are refreshed alone)
         model[f"rg{i:04d}"] = parse_filter(f"z > {i}")
     index = build(model)
 
