@@ -388,6 +388,8 @@ KINDS: tuple[str, ...] = tuple(sorted(_PARAMETERS))
 
 def _number(spec: Mapping[str, object], name: str, where: str) -> float:
     value = spec[name]
+    if type(value) is float and math.isfinite(value):  # the common case, without the checks below
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{where}: {name} must be a finite number (got {value!r})")
     return float(value)
@@ -438,7 +440,7 @@ def parse_distribution(spec: object, where: str = "DIST") -> Distribution:
     ...
     ValueError: DIST: empirical probs must sum to 1 (got 0.9)
     """
-    if not isinstance(spec, Mapping):
+    if type(spec) is not dict and not isinstance(spec, Mapping):  # a dict skips the ABC check
         raise ValueError(f"{where}: a DIST must be an object with a 'kind' (got {spec!r})")
     kind = spec.get("kind")
     if not isinstance(kind, str) or kind not in _PARAMETERS:
@@ -447,8 +449,8 @@ def parse_distribution(spec: object, where: str = "DIST") -> Distribution:
     missing = [name for name in expected if name not in spec]
     if missing:
         raise ValueError(f"{where}: {kind} needs {', '.join(expected)} (missing {', '.join(missing)})")
-    extra = sorted(str(k) for k in spec if k != "kind" and k not in expected)
-    if extra:
+    if len(spec) != len(expected) + 1:  # keys besides the kind and its parameters
+        extra = sorted(str(k) for k in spec if k != "kind" and k not in expected)
         raise ValueError(f"{where}: unexpected {', '.join(extra)} for {kind}, which takes {', '.join(expected)}")
 
     if kind in ("exponential", "lognormal", "gamma"):
