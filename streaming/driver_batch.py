@@ -1,8 +1,9 @@
 """The shape shared by the jobs whose state lives on the driver (QoS, routes).
 
-Such a job reads several Kafka topics in one streaming query; ``foreachBatch`` reads the batch's
-raw rows once (a local checkpoint), decodes and validates each topic in the JVM
-(``streaming.decode.TopicDecoder``) and collects it as one Arrow table per topic, hands the good
+Such a job reads several Kafka topics in one streaming query; ``foreachBatch`` collects the
+batch's raw rows once (one Arrow table), decodes and validates each topic into one Arrow table
+per topic (:class:`TopicReader`: flat telemetry by the columnar fast path of ``schemas.columnar``,
+the rest and whatever that path refers by the JVM's ``streaming.decode.TopicDecoder``), hands the good
 rows to a pure step object from ``routing/`` (the job's subclass of :class:`DriverBatch` does
 that), saves that object's state as ``<state folder>/<batch id>.npz`` and writes the outputs and
 the dead letters (every record that did not decode or validate, keyed ``topic/partition/offset``
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from schemas.columnar import FlatColumns, FlatDecoder, ascii_rows, supports
 from schemas.topics import DEADLETTER_TOPIC, TOPICS
 
 if TYPE_CHECKING:
@@ -90,18 +92,32 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
 _ENUMS = ("t_kind", "s_op")  # enum-typed fields, read as their symbol text
 
 
-class TopicReader:
-    """One input topic's decoder and projection: its good records' fields, and for rejected
-    records what a dead letter needs (raw key and value, coordinates, the verdict)."""
+RAW_SCHEMA = "topic string, partition int, offset long, ts_ms long, key binary, value binary"
+"""The raw Kafka rows as the driver jobs collect them (``ts_ms``: the record's timestamp)."""
+_RAW_EXPRS = ("topic", "partition", "offset", "unix_millis(timestamp) AS ts_ms", "key", "value")
 
-    def __init__(self, topic: str, name: str, raw: bool = False) -> None:
+
+class TopicReader:
+    """One input topic's decoder: from the batch's raw rows of this topic (an Arrow table of
+    :data:`RAW_SCHEMA`) to an Arrow table of its good records' fields, and for rejected records
+    what a dead letter needs (raw key and value, coordinates, the verdict).
+
+    A flat record (``schemas.columnar``: the telemetry and the receipts) is decoded here, by the
+    columnar fast path; the values it refers (none in a clean stream) and every other topic's
+    values go to the JVM (``streaming.decode``), which is the reference. Both give the same table.
+    """
+
+    def __init__(self, spark: SparkSession, topic: str, name: str, raw: bool = False) -> None:
         from pyspark.sql import functions as F
 
         from streaming.decode import TopicDecoder
 
+        self.spark = spark
         self.topic, self.name = topic, name
         self.decoder = TopicDecoder(TOPICS[topic])
-        self.where = F.col("topic") == name
+        schema = TOPICS[topic].schema
+        self.flat = FlatDecoder(schema) if supports(schema) and not TOPICS[topic].compacted else None
+        self._schema: Any = None  # the Arrow schema of the output
         bad = F.col("error_code").isNotNull()
         rec = F.col("record")
         fields = []
@@ -114,7 +130,7 @@ class TopicReader:
             F.col("topic"),
             F.col("partition"),
             F.col("offset"),
-            F.unix_millis("timestamp").alias("ts_ms"),
+            F.col("ts_ms"),
             F.col("error_code"),
             F.col("reason"),
             F.col("key").cast("string").alias("key_text"),
@@ -126,9 +142,70 @@ class TopicReader:
         if raw:  # every record's bytes, for records the job itself rejects after decoding
             self.columns += [F.col("key").alias("raw_key"), F.col("value").alias("raw_value")]
 
-    def collect(self, batch: DataFrame) -> Any:
-        """This topic's rows of ``batch`` as an Arrow table."""
-        return self.decoder(batch.where(self.where)).select(*self.columns).toArrow()
+    @property
+    def schema(self) -> Any:
+        """The Arrow schema of :meth:`collect`'s tables (from an empty frame: no rows are read)."""
+        if self._schema is None:
+            from pyspark.sql import functions as F
+
+            empty = self.spark.createDataFrame([], RAW_SCHEMA).withColumn("timestamp", F.timestamp_millis("ts_ms"))
+            self._schema = self.plan(empty).toArrow().schema
+        return self._schema
+
+    def collect(self, raw: Any) -> Any:
+        """This topic's raw rows ``raw`` (Arrow, :data:`RAW_SCHEMA`) decoded and checked."""
+        if self.flat is None:
+            return self.decoded(raw)
+        value, key = raw.column("value").combine_chunks(), raw.column("key").combine_chunks()
+        out = self.flat.decode(*_binary_buffers(value))
+        accepted = out.accepted & ascii_rows(*_binary_buffers(key))
+        idx = np.flatnonzero(accepted)
+        referred = np.flatnonzero(~accepted)
+        fast = self._fast_table(raw, out, idx, key, value)
+        if not len(referred):
+            return fast
+        import pyarrow as pa
+
+        return pa.concat_tables([fast, self.decoded(raw.take(pa.array(referred)))])
+
+    def decoded(self, raw: Any) -> Any:
+        """The JVM path: ``raw`` decoded and checked by ``streaming.decode``, as an Arrow table."""
+        if raw.num_rows == 0:
+            return self.schema.empty_table()
+        from pyspark.sql import functions as F
+
+        frame = self.spark.createDataFrame(raw).withColumn("timestamp", F.timestamp_millis("ts_ms"))
+        return self.plan(frame).toArrow().cast(self.schema)
+
+    def plan(self, frame: DataFrame) -> DataFrame:
+        """The JVM path over ``frame`` (raw Kafka rows with ``ts_ms``): the output's columns."""
+        return self.decoder(frame).select(*self.columns)
+
+    def _fast_table(self, raw: Any, out: FlatColumns, idx: np.ndarray, key: Any, value: Any) -> Any:
+        """The accepted rows ``idx`` of the fast path as the JVM path's table."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        m = len(idx)
+        take = pa.array(idx)
+        cols: dict[str, Any] = {
+            "topic": raw.column("topic").take(take),
+            "partition": raw.column("partition").take(take),
+            "offset": raw.column("offset").take(take),
+            "ts_ms": raw.column("ts_ms").take(take),
+            "error_code": pa.nulls(m, pa.string()),
+            "reason": pa.nulls(m, pa.string()),
+            "key_text": pc.cast(key.take(take), pa.string()),  # ASCII: checked
+            "tombstone": pa.array(np.zeros(m, dtype=np.bool_)),
+            "bad_key": pa.nulls(m, pa.binary()),
+            "bad_value": pa.nulls(m, pa.binary()),
+        }
+        schema = self.schema
+        for path, alias in FIELDS[self.topic]:
+            cols[alias] = _flat_column(out, path, idx, schema.field(alias).type)
+        if "raw_key" in schema.names:
+            cols["raw_key"], cols["raw_value"] = key.take(take), value.take(take)
+        return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
 
 
 @dataclass
@@ -141,8 +218,8 @@ class BatchStats:
     dead_letters: int = 0
     outputs: int = 0
     watermark_ms: float | None = None
+    read_ms: float = 0.0
     decode_ms: float = 0.0
-    collect_ms: float = 0.0
     step_ms: float = 0.0
     write_ms: float = 0.0
     duration_ms: float = 0.0
@@ -188,9 +265,35 @@ def link_samples(table: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     )
 
 
-def _release(df: DataFrame) -> None:
-    """Drop the blocks of a local checkpoint now rather than when the JVM collects its RDD."""
-    df._jdf.queryExecution().analyzed().rdd().unpersist(False)
+def _binary_buffers(array: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An Arrow binary array's offsets, bytes and validity as numpy (no copy of the bytes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(array)
+    bufs = array.buffers()
+    wide = pa.types.is_large_binary(array.type)
+    if n == 0 or bufs[1] is None:
+        offsets = np.zeros(n + 1, dtype=np.int64)
+    else:
+        offsets = np.frombuffer(
+            bufs[1], dtype=np.int64 if wide else np.int32, count=n + 1, offset=(8 if wide else 4) * array.offset
+        )
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, dtype=np.uint8)
+    valid = np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False), dtype=np.bool_)
+    return offsets, data, valid
+
+
+def _flat_column(out: FlatColumns, name: str, idx: np.ndarray, kind: Any) -> Any:
+    """Field ``name`` of the fast path's rows ``idx`` as an Arrow array of type ``kind``."""
+    import pyarrow as pa
+
+    present = out.present(name)[idx]
+    if pa.types.is_string(kind):
+        offsets, data = out.string_buffers(name, idx)
+        validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+        return pa.Array.from_buffers(kind, len(idx), [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pa.array(out.values(name)[idx], type=kind, mask=None if present.all() else ~present)
 
 
 class DriverBatch(ABC):
@@ -217,7 +320,9 @@ class DriverBatch(ABC):
         self.spark, self.conn, self.quiet = spark, conn, quiet
         self.names = inputs
         self.state_folder, self.topic_prefix, self.stats_file = state_folder, topic_prefix, stats_file
-        self.readers = {topic: TopicReader(topic, name, topic in self.raw_topics) for topic, name in inputs.items()}
+        self.readers = {
+            topic: TopicReader(spark, topic, name, topic in self.raw_topics) for topic, name in inputs.items()
+        }
         self.rejections: list[tuple[Any, ...]] = []
         self.max_time_ms = -np.inf
         self.history: list[BatchStats] = []
@@ -300,18 +405,18 @@ class DriverBatch(ABC):
         stats = BatchStats(batch_id)
         if not self.ready:
             self._restore(batch_id)
-        # read once: the batch's rows kept as Spark computed them (a local checkpoint), which the
-        # per-topic plans then scan; about 40% less than persist() + count(), whose columnar cache
-        # must be built and compressed first (A/B on 500k QoS job records; JFR: the cache
-        # build was 18% of the executor's samples)
-        rows = batch.localCheckpoint(eager=True)
-        try:
-            stats.decode_ms = (time.monotonic() - started) * 1000
-            t0 = time.monotonic()
-            tables = {topic: reader.collect(rows) for topic, reader in self.readers.items()}
-            stats.collect_ms = (time.monotonic() - t0) * 1000
-        finally:
-            _release(rows)
+        # read once: the batch's raw rows collected as Arrow (one Spark job), split by topic here;
+        # the flat topics are decoded here, the others sent back to the JVM to be decoded
+        import pyarrow.compute as pc
+
+        raw = batch.selectExpr(*_RAW_EXPRS).toArrow()
+        stats.read_ms = (time.monotonic() - started) * 1000
+        t0 = time.monotonic()
+        topics = raw.column("topic")
+        tables = {
+            topic: reader.collect(raw.filter(pc.equal(topics, reader.name))) for topic, reader in self.readers.items()
+        }
+        stats.decode_ms = (time.monotonic() - t0) * 1000
         t0 = time.monotonic()
         self.rejections = []
         outputs = self.step(tables, stats)

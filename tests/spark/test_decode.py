@@ -268,8 +268,7 @@ def test_every_record_is_decoded_once_per_schema_version(spark) -> None:  # type
         assert decodings(good(decode(df, spec))) == versions, spec.name
         assert decodings(dead_letters(decode(df, spec))) == versions, spec.name
     assert decodings(event_columns(decode(df, TOPICS["siftstream.events.v1"]))) == 1
+    framed = df.selectExpr("*", "unix_millis(timestamp) AS ts_ms")
     for topic in FIELDS:
-        reader = TopicReader(topic, topic)
-        assert decodings(reader.decoder(df.where(reader.where)).select(*reader.columns)) == len(
-            versions_of(TOPICS[topic].schema)
-        ), topic
+        reader = TopicReader(spark, topic, topic)
+        assert decodings(reader.plan(framed)) == len(versions_of(TOPICS[topic].schema)), topic

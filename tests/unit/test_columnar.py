@@ -1,0 +1,153 @@
+"""The columnar fast path (``schemas.columnar``) against the reference decoder and rules.
+
+Soundness: every value it accepts is a good record for ``schemas.rules.classify`` and decodes to
+the same fields as ``schemas.codec.decode_wire``. Completeness: it accepts every canonical
+encoding of a valid record with ASCII strings (the jobs' telemetry), so the fast path is taken.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.codec import codec_for, decode_wire, versions_of
+from schemas.columnar import FlatDecoder, fields_of, supports
+from schemas.rules import classify
+from tests.strategies import records_for, valid_records
+
+FLAT = ("LinkSample", "BrokerSample", "Receipt")
+
+
+def _ascii(record: dict[str, Any]) -> bool:
+    return all(v.isascii() for v in record.values() if isinstance(v, str))
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, float):
+        return isinstance(got, float) and (got == want or (math.isnan(got) and math.isnan(want)))
+    return got == want and type(got) is type(want)
+
+
+def _fields(decoder: FlatDecoder, out: Any, row: int) -> dict[str, Any]:
+    """Row ``row`` of ``out`` as a Python record (the reference's layout)."""
+    rec: dict[str, Any] = {}
+    rows = np.array([row])
+    for f in decoder.fields:
+        if not out.present(f.name)[row]:
+            rec[f.name] = None
+        elif f.type == 0:
+            rec[f.name] = out.strings(f.name, rows)[0]
+        else:
+            value = out.values(f.name)[row]
+            rec[f.name] = bool(value) if f.type == 4 else (float(value) if f.type == 3 else int(value))
+    return rec
+
+
+def _check_sound(name: str, values: list[bytes | None]) -> Any:
+    decoder = FlatDecoder(name)
+    out = decoder.decode_values(values)
+    for i, raw in enumerate(values):
+        if out.accepted[i]:
+            assert classify(raw, name) == (None, None), (raw, classify(raw, name))
+            _, want = decode_wire(raw, name)
+            got = _fields(decoder, out, i)
+            assert all(_same(got[k], want[k]) for k in want), (got, want)
+    return out
+
+
+def test_supported_records_are_the_flat_telemetry() -> None:
+    assert {n for n in ("Event", "Subscription", "TopologyElement", "Match", *FLAT) if supports(n)} == set(FLAT)
+    with pytest.raises(ValueError, match="not a flat record"):
+        FlatDecoder("Event")
+    assert fields_of("Receipt") is not None
+
+
+@pytest.mark.parametrize("name", FLAT)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_valid_ascii_records_are_accepted_with_the_reference_fields(name: str, data: st.DataObject) -> None:
+    records = data.draw(st.lists(valid_records(name), min_size=1, max_size=20))
+    values: list[bytes | None] = [codec_for(name).encode_wire(r) for r in records]
+    out = _check_sound(name, values)
+    for record, accepted in zip(records, out.accepted.tolist(), strict=True):
+        assert accepted == _ascii(record), record
+
+
+@pytest.mark.parametrize("name", FLAT)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_any_record_is_accepted_only_when_the_reference_calls_it_good(name: str, data: st.DataObject) -> None:
+    schema = codec_for(name).schema
+    records = data.draw(st.lists(records_for(schema, allow_nonfinite=True), min_size=1, max_size=20))
+    values: list[bytes | None] = [codec_for(name).encode_wire(r) for r in records]
+    out = _check_sound(name, values)
+    for raw, accepted in zip(values, out.accepted.tolist(), strict=True):
+        _, record = decode_wire(raw, name)
+        assert accepted == (classify(raw, name) == (None, None) and _ascii(record))
+
+
+@st.composite
+def _damaged(draw: st.DrawFn, name: str) -> bytes | None:
+    """An encoding of a valid record, then cut, extended, overwritten or re-framed."""
+    raw = codec_for(name).encode_wire(draw(valid_records(name)))
+    how = draw(st.sampled_from(("cut", "extend", "flip", "header", "none", "null", "short")))
+    if how == "cut":
+        return raw[: draw(st.integers(0, len(raw) - 1))]
+    if how == "extend":
+        return raw + draw(st.binary(min_size=1, max_size=8))
+    if how == "flip":
+        at = draw(st.integers(0, len(raw) - 1))
+        return raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1 :]
+    if how == "header":
+        other = draw(st.sampled_from([c.header for n in ("Event", *FLAT) for c in versions_of(n)]))
+        return other + raw[10:]
+    if how == "null":
+        return None
+    if how == "short":
+        return raw[:2]
+    return raw
+
+
+@pytest.mark.parametrize("name", FLAT)
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_damaged_values_are_never_accepted_wrongly(name: str, data: st.DataObject) -> None:
+    _check_sound(name, data.draw(st.lists(_damaged(name), min_size=1, max_size=20)))
+
+
+def test_hand_made_encodings_are_referred() -> None:
+    """Encodings a reader may take but the fast path does not decide: a boolean byte other than
+    0 or 1, an over-long varint, a non-ASCII string, a bad union branch."""
+    codec = codec_for("LinkSample")
+    record = {"from": "b1", "to": "b2", "seq": 3, "sent_at": 10, "delay_ms": 1.5, "lost": False, "event_id": None}
+    raw = codec.encode_wire(record)
+    decoder = FlatDecoder("LinkSample")
+    body = raw[10:]
+    # from "b1", to "b2", seq 3, sent_at 10, union 1 + 8-byte double, lost, union 0
+    assert body == b"\x04b1\x04b2\x06\x14\x02" + struct.pack("<d", 1.5) + b"\x00\x00"
+    lost_at = 10 + len(body) - 2
+    bad_bool = raw[:lost_at] + b"\x02" + raw[lost_at + 1 :]
+    long_varint = raw[:10] + b"\x04b1\x04b2" + b"\x86\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00" + raw[17:]
+    non_ascii = codec.encode_wire(dict(record, to="bé"))
+    bad_branch = raw[: lost_at - 9] + b"\x04" + raw[lost_at - 8 :]
+    out = decoder.decode_values([raw, bad_bool, long_varint, non_ascii, bad_branch])
+    assert out.accepted.tolist() == [True, False, False, False, False]
+    assert out.values("delay_ms")[0] == 1.5 and out.values("seq")[0] == 3 and not out.values("lost")[0]
+
+
+def test_rules_with_a_condition_follow_the_condition() -> None:
+    """LinkSample's delay is required only when the message was not lost."""
+    codec = codec_for("LinkSample")
+    base = {"from": "a", "to": "b", "seq": 1, "sent_at": 1, "event_id": "e"}
+    lost = codec.encode_wire(dict(base, delay_ms=None, lost=True))
+    kept = codec.encode_wire(dict(base, delay_ms=None, lost=False))
+    negative = codec.encode_wire(dict(base, delay_ms=-1.0, lost=False))
+    out = FlatDecoder("LinkSample").decode_values([lost, kept, negative])
+    assert out.accepted.tolist() == [True, False, False]
+    assert [classify(v, "LinkSample")[0] for v in (lost, kept, negative)] == [None, "invalid_value", "invalid_value"]
