@@ -282,12 +282,23 @@ class QosMonitor:
         """Subscribers (not subscriptions) matching each event."""
         if not self.wishes:
             return [[] for _ in attributes]
-        found = self._index.match(list(attributes))
-        out: list[list[str]] = []
-        for i in range(len(attributes)):
-            owners = {self.wishes[s].subscriber_id for s in found.ids(i) if s in self.wishes}
-            out.append(sorted(owners))
-        return out
+        n = len(attributes)
+        offsets, ranks, by_rank = self._index.match(list(attributes)).sorted_ranks()
+        # (event, subscriber) pairs as numbers: subscribers numbered in string order, so that
+        # sorting the numbers sorts the names
+        owners = sorted({wish.subscriber_id for wish in self.wishes.values()})
+        number = {name: k for k, name in enumerate(owners)}
+        wishes = self.wishes
+        owner_of_rank = np.array(
+            [number[wishes[sid].subscriber_id] if sid in wishes else -1 for sid in by_rank.tolist()]
+        )
+        owner = owner_of_rank[ranks] if len(ranks) else np.zeros(0, dtype=np.int64)
+        event = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+        keep = owner >= 0
+        pairs = np.unique(event[keep] * len(owners) + owner[keep])
+        bounds = np.searchsorted(pairs // max(len(owners), 1), np.arange(n + 1)).tolist()
+        names = np.array(owners, dtype=object)[pairs % max(len(owners), 1)].tolist()
+        return [names[bounds[i] : bounds[i + 1]] for i in range(n)]
 
     # -- telemetry -------------------------------------------------------------------------
 
