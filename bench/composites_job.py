@@ -172,7 +172,7 @@ def main() -> int:
         f"child per subscription), {last.get('expired', 0):,} expired, {last.get('evicted', 0):,} evicted, "
         f"{last.get('late', 0):,} late"
     )
-    print("  batches: component matches, detections: ms = read+decode, collect, step (match, detect, place, encode),")
+    print("  batches: component matches, detections: ms = read, decode, step (match, detect, place, encode),")
     print("  write, other")
     for m, b in zip(matches, history, strict=True):
         step = ", ".join(str(b.extra.get(f"{k}_ms", 0)) for k in STEP_PARTS)

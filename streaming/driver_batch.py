@@ -174,8 +174,16 @@ class TopicReader:
             return self.schema.empty_table()
         from pyspark.sql import functions as F
 
-        frame = self.spark.createDataFrame(raw).withColumn("timestamp", F.timestamp_millis("ts_ms"))
-        return self.plan(frame).toArrow().cast(self.schema)
+        # a frame made from local data is a LocalRelation, and the optimizer would evaluate the
+        # decoding over it on the driver, interpreted (ConvertToLocalRelation): 4.3-4.7 s for 93k
+        # events; a lazy local checkpoint makes it an RDD scan that the executors run as generated
+        # code (1.4-1.9 s, the checkpoint included)
+        rows = self.spark.createDataFrame(raw).localCheckpoint(eager=False)
+        try:
+            frame = rows.withColumn("timestamp", F.timestamp_millis("ts_ms"))
+            return self.plan(frame).toArrow().cast(self.schema)
+        finally:
+            rows._jdf.queryExecution().analyzed().rdd().unpersist(False)  # now, not at the JVM's GC
 
     def plan(self, frame: DataFrame) -> DataFrame:
         """The JVM path over ``frame`` (raw Kafka rows with ``ts_ms``): the output's columns."""
