@@ -365,6 +365,9 @@ class WindowMachine(RuleBasedStateMachine):
             assert got is None
         else:
             assert got is not None and (got.successes, got.trials) == (sum(inside), len(inside))
+            got.merge(got)  # the caller's own: the window's next answer is unchanged
+            again = self.window.query(key, float(end))
+            assert again is not None and (again.successes, again.trials) == (sum(inside), len(inside))
         start, stop = self.window.span(float(end))
         assert (start, stop) == ((e - BUCKETS + 1) * BUCKET_MS, (e + 1) * BUCKET_MS)
 
