@@ -183,7 +183,7 @@ class TopicReader:
             frame = rows.withColumn("timestamp", F.timestamp_millis("ts_ms"))
             return self.plan(frame).toArrow().cast(self.schema)
         finally:
-            rows._jdf.queryExecution().analyzed().rdd().unpersist(False)  # now, not at the JVM's GC
+            _release(rows)
 
     def plan(self, frame: DataFrame) -> DataFrame:
         """The JVM path over ``frame`` (raw Kafka rows with ``ts_ms``): the output's columns."""
@@ -271,6 +271,11 @@ def link_samples(table: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
         column(table, "l_sent", idx).astype(np.float64),
         np.asarray(delay.to_numpy(zero_copy_only=False), dtype=np.float64),
     )
+
+
+def _release(df: DataFrame) -> None:
+    """Drop the blocks of a local checkpoint now rather than when the JVM collects its RDD."""
+    df._jdf.queryExecution().analyzed().rdd().unpersist(False)
 
 
 def _binary_buffers(array: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
