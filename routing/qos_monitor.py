@@ -294,10 +294,11 @@ class QosMonitor:
         )
         owner = owner_of_rank[ranks] if len(ranks) else np.zeros(0, dtype=np.int64)
         event = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
-        keep = owner >= 0
-        pairs = np.unique(event[keep] * len(owners) + owner[keep])
-        bounds = np.searchsorted(pairs // max(len(owners), 1), np.arange(n + 1)).tolist()
-        names = np.array(owners, dtype=object)[pairs % max(len(owners), 1)].tolist()
+        keep = owner >= 0  # a freed slot's rank (no subscription) is never matched; kept out anyway
+        width = max(len(owners), 1)
+        pairs = np.unique(event[keep] * width + owner[keep])
+        bounds = np.searchsorted(pairs // width, np.arange(n + 1)).tolist()
+        names = np.array(owners, dtype=object)[pairs % width].tolist()
         return [names[bounds[i] : bounds[i + 1]] for i in range(n)]
 
     # -- telemetry -------------------------------------------------------------------------

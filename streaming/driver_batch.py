@@ -175,7 +175,7 @@ class TopicReader:
         from pyspark.sql import functions as F
 
         # a frame made from local data is a LocalRelation, and the optimizer would evaluate the
-        # decoding over it on the driver, interpreted (ConvertToLocalRelation): 4.3-4.7 s for 93k
+        # decoding over it on the driver, interpreted (ConvertToLocalRelation): 3.5-4.7 s for 93k
         # events; a lazy local checkpoint makes it an RDD scan that the executors run as generated
         # code (1.4-1.9 s, the checkpoint included)
         rows = self.spark.createDataFrame(raw).localCheckpoint(eager=False)
