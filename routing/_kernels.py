@@ -613,9 +613,10 @@ def sort_segments(offsets, values):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def ranked_members(fid_offsets, fids, m_start, m_packed, rank, n_ranks, offsets, out):  # type: ignore[no-untyped-def]
-    """Each event's subscriptions as their ``rank``, ascending: ``out[offsets[e] : offsets[e + 1]]``
-    (``slot_offsets`` counts them), read from the runs of its fids.
+def ranked_members(fid_offsets, fids, m_start, m_rank, n_ranks, offsets, out):  # type: ignore[no-untyped-def]
+    """Each event's subscriptions as their rank, ascending: ``out[offsets[e] : offsets[e + 1]]``
+    (``slot_offsets`` counts them), read from the runs of its fids; ``m_rank[q]`` is the rank of
+    packed member ``q`` (read in order, where the rank of ``m_packed[q]`` would be a random read).
 
     An event with many subscriptions sets their ranks in a bitmap over all ranks and reads it back
     in order (no comparison sort: ~1 ns per subscription and per 64 ranks); one with few sorts them.
@@ -633,7 +634,7 @@ def ranked_members(fid_offsets, fids, m_start, m_packed, rank, n_ranks, offsets,
             for i in range(fid_offsets[e], fid_offsets[e + 1]):
                 f = fids[i]
                 for q in range(m_start[f], m_start[f + 1]):
-                    out[p] = rank[m_packed[q]]
+                    out[p] = m_rank[q]
                     p += 1
             if count > 1:
                 out[a : a + count] = np.sort(out[a : a + count])
@@ -643,7 +644,7 @@ def ranked_members(fid_offsets, fids, m_start, m_packed, rank, n_ranks, offsets,
         for i in range(fid_offsets[e], fid_offsets[e + 1]):
             f = fids[i]
             for q in range(m_start[f], m_start[f + 1]):
-                r = rank[m_packed[q]]
+                r = m_rank[q]
                 w = r >> 6
                 bitmap[w] |= np.uint64(1) << np.uint64(r & 63)
                 lo = min(lo, w)

@@ -150,6 +150,10 @@ def _as_filter(filt: Filter | str) -> Filter:
     return filt if isinstance(filt, Filter) else parse_filter(filt)
 
 
+# (each slot's rank in id order, the ids in rank order, each packed member's rank or None)
+Ranks = tuple[npt.NDArray[np.int64], npt.NDArray[np.object_], npt.NDArray[np.int32] | None]
+
+
 class Matches:
     """The result of ``match``: per event, the subscriptions it satisfies.
 
@@ -175,7 +179,7 @@ class Matches:
         offsets: npt.NDArray[np.int64] | None,
         slots: npt.NDArray[np.int32] | None,
         names: Sequence[str | None],
-        ranker: Callable[[], tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]] | None = None,
+        ranker: Callable[[], Ranks] | None = None,
         runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32]]
         | None = None,
     ) -> None:
@@ -271,15 +275,17 @@ class Matches:
         >>> offsets.tolist(), ranks.tolist(), by_rank.tolist()
         ([0, 2, 5], [0, 2, 0, 1, 2], ['a', 'b', 'c'])
         """
+        packed = None
         if self._ranker is not None:
-            rank, by_rank = self._ranker()
+            rank, by_rank, packed = self._ranker()
         else:
             rank, by_rank = _name_ranks(self._names)
         offsets = self.offsets
         if self._slots is None and self._runs is not None:  # straight from the runs
-            fid_offsets, fids, m_start, m_packed = self._runs
+            fid_offsets, fids, m_start, _ = self._runs
+            assert packed is not None, "runs come from MatchIndex, whose ranker gives the packed ranks"
             ranks = np.empty(int(offsets[-1]), dtype=np.int64)
-            K.ranked_members(fid_offsets, fids, m_start, m_packed, rank, len(rank), offsets, ranks)
+            K.ranked_members(fid_offsets, fids, m_start, packed, len(rank), offsets, ranks)
         else:
             ranks = rank[self.slots]
             K.sort_segments(offsets, ranks)
@@ -574,7 +580,7 @@ class MatchIndex:
         self._pending_clear: list[int] = []
         self._expected = 16.0  # matches per event, a running estimate that sizes match's buffers
         self._version = 0  # bumped by every change; ``Matches`` of an older version cannot name slots
-        self._ranks: tuple[int, npt.NDArray[np.int64], npt.NDArray[np.object_]] | None = None
+        self._ranks: tuple[int, Ranks] | None = None
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -1201,12 +1207,15 @@ class MatchIndex:
             fid_offsets, fids = self._check_slow(batch, fid_offsets, fids, self._slow_pairs[:n_slow])
         version = self._version
 
-        def ranker() -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+        def ranker() -> Ranks:
             if self._version != version:
                 raise RuntimeError("the index changed since this match: its slots name other subscriptions now")
             if self._ranks is None or self._ranks[0] != version:
-                self._ranks = (version, *_name_ranks(self._names))
-            return self._ranks[1], self._ranks[2]
+                rank, by_rank = _name_ranks(self._names)
+                # each packed member's rank, in m_packed's order: read in order by ranked_members
+                packed = rank[self._m_packed[: int(self._m_start[self._n_fids])]].astype(np.int32)
+                self._ranks = (version, (rank, by_rank, packed))
+            return self._ranks[1]
 
         self._packed_shared = True
         return Matches(None, None, self._names, ranker, (fid_offsets, fids, self._m_start, self._m_packed))

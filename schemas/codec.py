@@ -71,11 +71,14 @@ class DecodeError(ValueError):
     code : str
         ``bad_framing`` (no single-object header), ``unknown_schema`` (fingerprint of no known
         schema, or of another topic's schema) or ``malformed_body`` (the Avro body does not decode).
+    reason : str
+        The reason the validation job writes in the dead letter; the message (``str``) may add the
+        decoding library's detail after it.
     """
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+    def __init__(self, code: str, reason: str, detail: str | None = None) -> None:
+        super().__init__(reason if detail is None else f"{reason}: {detail}")
+        self.code, self.reason = code, reason
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,7 @@ class Codec:
         try:
             record = fastavro.schemaless_reader(io.BytesIO(body), self._parsed, None)
         except Exception as exc:  # fastavro raises many types on garbage
-            raise DecodeError("malformed_body", f"Avro body does not decode as {self.name}: {exc}") from exc
+            raise DecodeError("malformed_body", f"Avro body does not decode as {self.name}", str(exc)) from exc
         return record  # type: ignore[return-value]
 
 
@@ -283,6 +286,6 @@ def decode_wire(raw: bytes | None, expected: str | None = None) -> tuple[str, di
         record = fastavro.schemaless_reader(buf, writer._parsed, current._parsed)
     except Exception as exc:
         raise DecodeError(
-            "malformed_body", f"Avro body does not decode as {writer.name} (older version): {exc}"
+            "malformed_body", f"Avro body does not decode as {writer.name}", f"older version: {exc}"
         ) from exc
     return writer.name, record  # type: ignore[return-value]

@@ -40,7 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from schemas.codec import HEADER_LEN, codec_for
-from schemas.rules import EXACTLY_ONE, Rule, rules_for
+from schemas.rules import EXACTLY_ONE, VALUE_KINDS, Rule, rules_for
 
 T_STRING, T_LONG, T_INT, T_DOUBLE, T_BOOLEAN = 0, 1, 2, 3, 4
 _TYPES = {"string": T_STRING, "long": T_LONG, "int": T_INT, "double": T_DOUBLE, "boolean": T_BOOLEAN}
@@ -123,6 +123,36 @@ def _varint(data: NDArray[np.uint8], pos: int, end: int, max_bytes: int) -> tupl
 
 
 @numba.njit(cache=True, nogil=True)
+def _body_start(data: NDArray[np.uint8], pos: int, end: int, header: NDArray[np.uint8]) -> int:
+    """Where the body of the value ``data[pos:end]`` starts when it is framed with ``header``,
+    else -1."""
+    hl = len(header)
+    if end - pos < hl:
+        return -1
+    for k in range(hl):
+        if data[pos + k] != header[k]:
+            return -1
+    return pos + hl
+
+
+@numba.njit(cache=True, nogil=True)
+def _double_bits(data: NDArray[np.uint8], pos: int) -> int:
+    """The 8 little-endian bytes at ``pos`` as a signed 64-bit integer (a double's bits)."""
+    bits = np.uint64(0)
+    for k in range(8):
+        bits |= np.uint64(data[pos + k]) << np.uint64(8 * k)
+    return int(np.int64(bits))
+
+
+@numba.njit(cache=True, nogil=True)
+def _ascii_span(data: NDArray[np.uint8], pos: int, length: int) -> bool:
+    for k in range(pos, pos + length):  # noqa: SIM110 (a loop numba compiles; all() of a generator is not one)
+        if data[k] >= 0x80:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
 def _decode(
     offsets: NDArray[np.int64],
     data: NDArray[np.uint8],
@@ -144,23 +174,14 @@ def _decode(
     """
     n = len(valid)
     nf = len(types)
-    hl = len(header)
     for i in range(n):
         decoded[i] = False
         if not valid[i]:
             continue
-        pos = offsets[i]
         end = offsets[i + 1]
-        if end - pos < hl:
+        pos = _body_start(data, offsets[i], end, header)
+        if pos < 0:
             continue
-        same = True
-        for k in range(hl):
-            if data[pos + k] != header[k]:
-                same = False
-                break
-        if not same:
-            continue
-        pos += hl
         good = True
         for f in range(nf):
             present[f, i] = True
@@ -184,10 +205,7 @@ def _decode(
                 if pos + 8 > end:
                     good = False
                     break
-                bits = np.uint64(0)
-                for k in range(8):
-                    bits |= np.uint64(data[pos + k]) << np.uint64(8 * k)
-                ints[f, i] = np.int64(bits)
+                ints[f, i] = _double_bits(data, pos)
                 pos += 8
             elif t == 4:  # boolean: one byte, 0 or 1
                 if pos >= end or data[pos] > 1:
@@ -200,11 +218,8 @@ def _decode(
                 if not ok or length < 0 or pos + length > end:
                     good = False
                     break
-                for k in range(pos, pos + length):
-                    if data[k] >= 0x80:
-                        good = False
-                        break
-                if not good:
+                if not _ascii_span(data, pos, length):
+                    good = False
                     break
                 ints[f, i] = pos
                 lens[f, i] = length
@@ -247,6 +262,18 @@ def _ascii(
                     break
         out[i] = ok
     return
+
+
+def gather_spans(
+    data: NDArray[np.uint8], starts: NDArray[np.int64], lengths: NDArray[np.int64]
+) -> tuple[NDArray[np.int32], NDArray[np.uint8]]:
+    """The byte ranges ``data[starts[j] : starts[j] + lengths[j]]`` packed: Arrow's offsets and bytes.
+
+    >>> offsets, blob = gather_spans(np.frombuffer(b"abcdef", np.uint8), np.array([4, 0]), np.array([2, 1]))
+    >>> offsets.tolist(), blob.tobytes()
+    ([0, 2, 3], b'efa')
+    """
+    return _gather(data, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lengths, dtype=np.int64))
 
 
 def ascii_rows(offsets: NDArray[Any], data: NDArray[np.uint8], valid: NDArray[np.bool_]) -> NDArray[np.bool_]:
@@ -397,3 +424,229 @@ class FlatDecoder:
             name, value = rule.when
             bad &= cols.present(name) & (cols.values(name) == value)
         return np.asarray(bad, dtype=np.bool_)
+
+
+# ---- events: the typed attribute maps ---------------------------------------------------------
+
+_K_LONG, _K_DOUBLE, _K_STRING, _K_BOOLEAN = 0, 1, 2, 3  # VALUE_KINDS, in wire order
+_EXP_MASK = np.int64(0x7FF0000000000000)
+
+
+@numba.njit(cache=True, nogil=True)
+def _name_ok(data: NDArray[np.uint8], pos: int, length: int) -> bool:
+    """``[A-Za-z_][A-Za-z0-9_.]*`` (``schemas.rules.ATTRIBUTE_NAME``), fully."""
+    if length == 0:
+        return False
+    for k in range(length):
+        c = data[pos + k]
+        letter = (c >= 65 and c <= 90) or (c >= 97 and c <= 122) or c == 95
+        if not (letter or (k > 0 and ((c >= 48 and c <= 57) or c == 46))):
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_events(
+    offsets: NDArray[np.int64],
+    data: NDArray[np.uint8],
+    valid: NDArray[np.bool_],
+    header: NDArray[np.uint8],
+    heads: NDArray[np.int64],
+    accepted: NDArray[np.bool_],
+    entries: NDArray[np.int64],
+) -> int:
+    """Decode and check every value as an ``Event``; return how many attribute entries the
+    accepted rows hold (only the first ``entries.shape[1]`` are written: the caller retries with
+    room for all of them when the answer is larger).
+
+    ``heads[:, i]``: event_id start, length, publisher_id start, length, published_at,
+    lifetime_ms. ``entries[:, j]``: row, kind (``_K_*``), key start, key length, value (a long,
+    a double's bits, a boolean, a string's start) and a string value's length. A row is accepted
+    when it is the current version, decodes to its end, has ASCII strings, non-empty ids,
+    non-negative times, finite doubles, and distinct attribute names that are valid names.
+    """
+    n = len(valid)
+    room = entries.shape[1]
+    m = 0
+    for i in range(n):
+        accepted[i] = False
+        if not valid[i]:
+            continue
+        end = offsets[i + 1]
+        pos = _body_start(data, offsets[i], end, header)
+        if pos < 0:
+            continue
+        good = True
+        for f in range(2):  # event_id, publisher_id: non-empty ASCII
+            length, pos, ok = _varint(data, pos, end, 10)
+            if not ok or length <= 0 or pos + length > end or not _ascii_span(data, pos, length):
+                good = False
+                break
+            heads[2 * f, i] = pos
+            heads[2 * f + 1, i] = length
+            pos += length
+        if not good:
+            continue
+        for f in range(2):  # published_at, lifetime_ms: >= 0
+            value, pos, ok = _varint(data, pos, end, 10)
+            if not ok or value < 0:
+                good = False
+                break
+            heads[4 + f, i] = value
+        if not good:
+            continue
+        first = m
+        for kind in range(4):
+            while good:
+                count, pos, ok = _varint(data, pos, end, 10)
+                if not ok:
+                    good = False
+                    break
+                if count == 0:
+                    break
+                if count < 0:  # a block with its size in bytes
+                    count = -count
+                    _, pos, ok = _varint(data, pos, end, 10)
+                    if not ok:
+                        good = False
+                        break
+                for _e in range(count):
+                    klen, pos, ok = _varint(data, pos, end, 10)
+                    if not ok or klen < 0 or pos + klen > end or not _name_ok(data, pos, klen):
+                        good = False
+                        break
+                    kstart = pos
+                    pos += klen
+                    vlen = 0
+                    if kind == _K_LONG:
+                        value, pos, ok = _varint(data, pos, end, 10)
+                        if not ok:
+                            good = False
+                            break
+                    elif kind == _K_DOUBLE:
+                        if pos + 8 > end:
+                            good = False
+                            break
+                        value = _double_bits(data, pos)
+                        if (value & _EXP_MASK) == _EXP_MASK:  # NaN or infinite
+                            good = False
+                            break
+                        pos += 8
+                    elif kind == _K_STRING:
+                        vlen, pos, ok = _varint(data, pos, end, 10)
+                        if not ok or vlen < 0 or pos + vlen > end or not _ascii_span(data, pos, vlen):
+                            good = False
+                            break
+                        value = pos
+                        pos += vlen
+                    else:
+                        if pos >= end or data[pos] > 1:
+                            good = False
+                            break
+                        value = data[pos]
+                        pos += 1
+                    for j in range(first, m):  # a name once per event, across the maps
+                        if j < room and entries[3, j] == klen:
+                            o = entries[2, j]
+                            same = True
+                            for k in range(klen):
+                                if data[o + k] != data[kstart + k]:
+                                    same = False
+                                    break
+                            if same:
+                                good = False
+                                break
+                    if not good:
+                        break
+                    if m < room:
+                        entries[0, m] = i
+                        entries[1, m] = kind
+                        entries[2, m] = kstart
+                        entries[3, m] = klen
+                        entries[4, m] = value
+                        entries[5, m] = vlen
+                    m += 1
+        if good and pos == end:
+            accepted[i] = True
+        else:
+            m = first
+    return m
+
+
+@dataclass
+class EventFields:
+    """What :func:`decode_events` found: ``accepted[i]`` (row ``i`` is a good ``Event``), its head
+    fields (meaningful where accepted) and the attribute entries of the accepted rows, in row
+    order and, within a row, in wire order (longs, doubles, strings, booleans)."""
+
+    data: NDArray[np.uint8]
+    accepted: NDArray[np.bool_]
+    heads: NDArray[np.int64]
+    entries: NDArray[np.int64]
+
+    def string_span(self, name: str) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``event_id`` or ``publisher_id``: each row's start in ``data`` and length."""
+        k = ("event_id", "publisher_id").index(name)
+        return self.heads[2 * k], self.heads[2 * k + 1]
+
+    def longs(self, name: str) -> NDArray[np.int64]:
+        """``published_at`` or ``lifetime_ms`` of each row."""
+        return np.asarray(self.heads[4 + ("published_at", "lifetime_ms").index(name)])
+
+    def attributes(self, kind: str) -> tuple[NDArray[np.int64], Any, NDArray[Any]]:
+        """The entries of map ``kind``: (row of each, names as an Arrow string array, values as
+        numpy: int64, float64, bool, or Python strings)."""
+        import pyarrow as pa
+
+        e = self.entries[:, self.entries[1] == VALUE_KINDS.index(kind)]
+        offsets, blob = _gather(self.data, e[2], e[3])
+        names = pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(blob)])
+        raw = e[4]
+        values: NDArray[Any]
+        if kind == "longs":
+            values = raw
+        elif kind == "doubles":
+            values = raw.view(np.float64)
+        elif kind == "booleans":
+            values = raw != 0
+        else:
+            voff, vblob = _gather(self.data, raw, e[5])
+            strings = pa.Array.from_buffers(pa.string(), len(voff) - 1, [None, pa.py_buffer(voff), pa.py_buffer(vblob)])
+            values = strings.to_numpy(zero_copy_only=False)
+        return e[0], names, values
+
+
+_EVENT_ROOM = [16]  # attribute entries per row to make room for (grows to the largest batch's)
+
+
+def decode_events(offsets: NDArray[Any], data: NDArray[np.uint8], valid: NDArray[np.bool_]) -> EventFields:
+    """Decode and check the values ``data[offsets[i] : offsets[i + 1]]`` (null where not
+    ``valid[i]``, Arrow's binary layout) as ``Event`` records: the fast path of the matching job.
+    A row that is not accepted is referred to the reference decoder (``schemas.codec`` and
+    ``schemas.rules.classify``), as for flat records.
+
+    >>> from schemas.codec import codec_for
+    >>> ev = {"event_id": "e1", "publisher_id": "p", "published_at": 5, "lifetime_ms": 0,
+    ...       "attributes": {"x": 2, "s": "IBM", "ok": True, "p": 1.5}}
+    >>> raw = [codec_for("Event").encode(ev), codec_for("Event").encode({**ev, "published_at": -1})]
+    >>> offsets = np.array([0, len(raw[0]), len(raw[0]) + len(raw[1])])
+    >>> out = decode_events(offsets, np.frombuffer(b"".join(raw), np.uint8), np.array([True, True]))
+    >>> out.accepted.tolist(), out.longs("published_at")[:1].tolist()
+    ([True, False], [5])
+    >>> rows, names, values = out.attributes("strings")
+    >>> rows.tolist(), names.to_pylist(), values.tolist()
+    ([0], ['s'], ['IBM'])
+    """
+    n = len(valid)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    valid = np.ascontiguousarray(valid, dtype=np.bool_)
+    header = np.frombuffer(codec_for("Event").header, dtype=np.uint8)
+    heads = np.zeros((6, n), dtype=np.int64)
+    accepted = np.zeros(n, dtype=np.bool_)
+    entries = np.empty((6, max(1, n * _EVENT_ROOM[0])), dtype=np.int64)
+    m = _decode_events(offsets, data, valid, header, heads, accepted, entries)
+    if m > entries.shape[1]:
+        _EVENT_ROOM[0] = -(-m // max(1, n))
+        entries = np.empty((6, m), dtype=np.int64)
+        m = _decode_events(offsets, data, valid, header, heads, accepted, entries)
+    return EventFields(data, accepted, heads, entries[:, :m])

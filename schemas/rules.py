@@ -224,13 +224,22 @@ def classify(raw: bytes | None, schema: str, table: bool = False) -> tuple[str |
     >>> classify(codec_for("Receipt").encode({"subscriber_id": "u", "event_id": "e", "received_at": -1}), "Receipt")
     ('invalid_value', 'received_at must be >= 0 (got -1)')
     """
+    code, reason, _ = checked(raw, schema, table)
+    return code, reason
+
+
+def checked(
+    raw: bytes | None, schema: str, table: bool = False
+) -> tuple[str | None, str | None, dict[str, Any] | None]:
+    """:func:`classify`'s verdict and the record it decoded (the Avro, or wire, form; None for a
+    tombstone and for a value that does not decode)."""
     from schemas.codec import DecodeError, decode_wire
 
     if raw is None and table:
-        return None, None
+        return None, None, None
     try:
         _, record = decode_wire(raw, schema)
     except DecodeError as exc:
-        return exc.code, str(exc)
+        return exc.code, exc.reason, None
     problems = validate(schema, record)
-    return ("invalid_value", "; ".join(problems)) if problems else (None, None)
+    return ("invalid_value", "; ".join(problems), record) if problems else (None, None, record)

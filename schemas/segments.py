@@ -149,17 +149,56 @@ def _gather(
                 pos[i - b0] = p + m
 
 
-def entry_runs(entries: Segments, codes: np.ndarray, code_offsets: np.ndarray) -> Segments:
+_SLOT_WIDTHS = (8, 16, 32, 64)
+
+
+def slotted(entries: Segments) -> np.ndarray | None:
+    """``entries`` (a table) in fixed slots, for :func:`entry_runs`: row ``c`` holds entry ``c``'s
+    bytes and its length in the last byte, so that reading an entry touches one cache line rather
+    than three (its start, its length, its bytes), which is what copying thousands of entries
+    picked at random from a large table costs. None when an entry is too long for 64-byte slots."""
+    starts = np.asarray(entries.starts, np.int64)
+    lens = np.asarray(entries.lens, np.int64)
+    longest = int(lens.max()) if len(lens) else 0
+    width = next((w for w in _SLOT_WIDTHS if longest < w), None)
+    if width is None:
+        return None
+    slots = np.zeros((len(lens), width), np.uint8)
+    _fill_slots(entries.data, starts, lens, slots)
+    return slots
+
+
+@njit(cache=True)
+def _fill_slots(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, slots: np.ndarray) -> None:
+    last = slots.shape[1] - 1
+    for c in range(lens.shape[0]):
+        for b in range(lens[c]):
+            slots[c, b] = data[starts[c] + b]
+        slots[c, last] = lens[c]
+
+
+def entry_runs(
+    entries: Segments, codes: np.ndarray, code_offsets: np.ndarray, slots: np.ndarray | None = None
+) -> Segments:
     """Row ``i``: the ``entries`` of ``codes[code_offsets[i] : code_offsets[i + 1]]``, one after another
     (``entries`` a table: ``starts`` and ``lens`` arrays indexed by code), as one segment per row.
+    ``slots``, the entries' :func:`slotted` copy when the caller keeps one, makes it faster.
 
     >>> t = Segments(np.frombuffer(b"abc", np.uint8), np.array([0, 1, 2]), np.array([1, 1, 1]))
     >>> runs = entry_runs(t, np.array([2, 0, 1, 1]), np.array([0, 2, 2, 4]))
     >>> [bytes(runs.data[s : s + m]) for s, m in zip(runs.starts, runs.lens)]
     [b'ca', b'', b'bb']
+    >>> fast = entry_runs(t, np.array([2, 0, 1, 1]), np.array([0, 2, 2, 4]), slotted(t))
+    >>> [bytes(fast.data[s : s + m]) for s, m in zip(fast.starts, fast.lens)]
+    [b'ca', b'', b'bb']
     """
     n = len(code_offsets) - 1
     lens = np.empty(n, np.int64)
+    if slots is not None:  # the entries' slotted() copy: one pass, one cache line per entry
+        out = np.empty(len(codes) * (slots.shape[1] - 1), np.uint8)
+        row_starts = np.empty(n, np.int64)
+        used = _copy_slotted(slots, codes, code_offsets, row_starts, lens, out)
+        return Segments(out[:used], row_starts, lens)
     starts = np.asarray(entries.starts, np.int64)
     entry_lens = np.asarray(entries.lens, np.int64)
     _run_lengths(entry_lens, codes, code_offsets, lens)
@@ -197,6 +236,30 @@ def _copy_runs(
             for b in range(entry_lens[c]):
                 out[p + b] = data[s + b]
             p += entry_lens[c]
+
+
+@njit(cache=True)
+def _copy_slotted(
+    slots: np.ndarray,
+    codes: np.ndarray,
+    code_offsets: np.ndarray,
+    row_starts: np.ndarray,
+    lens: np.ndarray,
+    out: np.ndarray,
+) -> int:
+    """The copy loop of :func:`entry_runs` from slots; returns the bytes written."""
+    last = slots.shape[1] - 1
+    p = 0
+    for i in range(code_offsets.shape[0] - 1):
+        row_starts[i] = p
+        for j in range(code_offsets[i], code_offsets[i + 1]):
+            c = codes[j]
+            m = slots[c, last]
+            for b in range(m):
+                out[p + b] = slots[c, b]
+            p += m
+        lens[i] = p - row_starts[i]
+    return p
 
 
 def split_rows(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:

@@ -1,4 +1,4 @@
-"""The executor side of the matching job: Arrow batches of decoded events in, matched ids out.
+"""The executor side of the matching job: Arrow batches of Kafka rows in, verdicts and matches out.
 
 ``match_batches`` is what ``mapInArrow`` runs in each Python worker. It
 
@@ -7,21 +7,26 @@
    from task to task and from batch to batch in a reused Python worker, and only the deltas since
    the worker's last batch are applied; a new worker rebuilds from the snapshot broadcast (a
    broadcast is fetched from the driver only by the workers that read its value);
-2. turns the four typed attribute maps of the ``Event`` record (``longs``, ``doubles``,
-   ``strings``, ``booleans``: Arrow ``map<string, T>`` columns) into ``EventBatch`` columns with
-   numpy, without a Python loop over events or attributes: each map column is flattened (keys,
-   values and the row of each entry from the offsets), its keys are dictionary-encoded, the
-   entries are grouped by key with one stable argsort, and each group is scattered into a
-   column of ``n`` values with a presence mask. A name that comes with two value kinds in one
-   batch (``price`` a long in one event and a double in another) becomes one object column, so
-   ints stay exact;
-3. matches the batch and returns the input's pass-through columns plus ``match_value``: the
-   event's whole ``Match`` record, single-object Avro (``subscription_ids`` sorted, per SPEC.md),
-   null for rows the decoder rejected, which carry no attributes. The records are laid out for
+2. decodes the batch's values as ``Event`` records (:func:`decode_rows`): one compiled pass over
+   the Arrow buffers (``schemas.columnar.decode_events``) accepts the values it is sure of, the
+   reference decoder and rules (``schemas.rules.checked``) decide the rest, so every row gets the
+   validation job's verdict and reason;
+3. turns the attribute entries (row, name, value per map kind) into ``EventBatch`` columns with
+   numpy, without a Python loop over events or attributes (:func:`attribute_columns`): the names
+   are dictionary-encoded, the entries grouped by name with one stable argsort, and each group
+   scattered into a column of ``n`` values with a presence mask. A name that comes with two value
+   kinds in one batch (``price`` a long in one event and a double in another) becomes one object
+   column, so ints stay exact;
+4. matches the batch and returns each row's verdict, its Kafka row when it is bad (for the dead
+   letter), its event id, and ``match_value``: the event's whole ``Match`` record, single-object
+   Avro (``subscription_ids`` sorted, per SPEC.md), null for bad rows. The records are laid out for
    the whole batch at once (``schemas.segments``) from each subscription id's encoded bytes,
    kept per index version, in the order of the events' ids sorted by rank (``Matches.sorted_ranks``):
    a Python string per id and Spark's ``to_avro`` of an ``array<string>`` cost several times the
    matching at Gryphon's ~2% match rate (thousands of ids per event).
+
+The composites job reads events decoded by the JVM, as typed map columns: :func:`event_batch`
+makes its ``EventBatch`` from those.
 
 No pyspark here: the module is tested with plain pyarrow as well as through Spark.
 
@@ -36,7 +41,7 @@ No pyspark here: the module is tested with plain pyarrow as well as through Spar
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -47,27 +52,16 @@ import pyarrow.compute as pc
 from routing.matching import BruteForceIndex, EventBatch, Matches, MatchIndex
 from routing.subscriptions import Delta, IndexReplica
 from schemas.codec import codec_for
+from schemas.columnar import decode_events, gather_spans
 from schemas.fastenc import zigzag
-from schemas.segments import Segments, assemble, const, entry_runs, len_prefixed, table, varints
+from schemas.rules import VALUE_KINDS, checked
+from schemas.segments import Segments, assemble, const, entry_runs, len_prefixed, slotted, table, varints
 
-VALUE_KINDS = ("longs", "doubles", "strings", "booleans")
-PASS_THROUGH = (
-    "error_code",
-    "reason",
-    "key",
-    "value",
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "event_id",
-    "publisher_id",
-    "published_at",
-)
 OUTPUT_SCHEMA = (
     "error_code string, reason string, key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, event_id string, publisher_id string, published_at long, match_value binary"
+    "timestamp timestamp, event_id string, match_value binary"
 )
+OUTPUT_NAMES = tuple(f.split()[0] for f in OUTPUT_SCHEMA.split(", "))
 INDEX_KINDS = {"match": MatchIndex, "brute-force": BruteForceIndex}
 _MAX_CHUNK_BYTES = (1 << 31) - 1  # an Arrow binary column's int32 offsets
 
@@ -121,8 +115,12 @@ def replica_for(ship: ShipState) -> IndexReplica:
     return replica
 
 
-def _flat_entries(arr: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
-    """(row of each entry, keys, values) of a map column, nulls (maps or values) left out."""
+Entries = tuple[np.ndarray, pa.Array, np.ndarray]  # one map kind: (row of each entry, names, values)
+
+
+def map_entries(arr: pa.Array) -> Entries:
+    """The entries of an Arrow ``map`` column (``rows``, names, values as numpy), nulls (maps or
+    values) left out."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     offsets = arr.offsets.to_numpy()
@@ -139,32 +137,27 @@ def _flat_entries(arr: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
     if keep is not None and not keep.all():
         mask = pa.array(keep)
         rows, keys, items = rows[keep], keys.filter(mask), items.filter(mask)
-    return rows, keys, items
+    return rows, keys, items.to_numpy(zero_copy_only=False)
 
 
-def attribute_columns(maps: Mapping[str, pa.Array], n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """``name -> (values, present)`` for ``EventBatch.from_columns`` from the typed map columns.
+def attribute_columns(entries: Iterable[Entries], n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``name -> (values, present)`` for ``EventBatch.from_columns`` from attribute entries.
 
     Parameters
     ----------
-    maps : mapping of kind -> Arrow map array
-        Some of ``longs``, ``doubles``, ``strings``, ``booleans``; each ``n`` long, null for
-        events that carry no map (rejected ones).
+    entries : iterable of (rows, names, values)
+        Per map kind (or any other split), each entry's event (0 to ``n - 1``), its name (an Arrow
+        string array) and its value (numpy). A name may appear once per event.
     n : int
         The number of events.
     """
     pieces: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for kind in VALUE_KINDS:
-        arr = maps.get(kind)
-        if arr is None:
-            continue
-        rows, keys, items = _flat_entries(arr)
+    for rows, keys, values in entries:
         if len(keys) == 0:
             continue
         encoded = pc.dictionary_encode(keys)
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         names = encoded.dictionary.to_pylist()
-        values = items.to_numpy(zero_copy_only=False)
         order = np.argsort(codes, kind="stable")
         bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(names)))))
         for j, name in enumerate(names):
@@ -177,6 +170,10 @@ def attribute_columns(maps: Mapping[str, pa.Array], n: int) -> dict[str, tuple[n
             rows, vals = parts[0]
             column = np.zeros(n, dtype=vals.dtype) if vals.dtype != object else np.full(n, None, dtype=object)
             column[rows] = vals
+        elif len({vals.dtype for _, vals in parts}) == 1 and parts[0][1].dtype != object:  # one kind, several pieces
+            column = np.zeros(n, dtype=parts[0][1].dtype)
+            for rows, vals in parts:
+                column[rows] = vals
         else:  # one name, several value kinds in this batch: Python objects keep ints exact
             column = np.full(n, None, dtype=object)
             for rows, vals in parts:
@@ -188,8 +185,9 @@ def attribute_columns(maps: Mapping[str, pa.Array], n: int) -> dict[str, tuple[n
 
 
 def event_batch(maps: Mapping[str, pa.Array], n: int) -> EventBatch:
-    """The ``EventBatch`` of ``n`` events given as typed attribute map columns."""
-    return EventBatch.from_columns(n, attribute_columns(maps, n))
+    """The ``EventBatch`` of ``n`` events given as typed attribute map columns (``longs``, ...;
+    each ``n`` long, null for events that carry no map)."""
+    return EventBatch.from_columns(n, attribute_columns((map_entries(maps[k]) for k in VALUE_KINDS if k in maps), n))
 
 
 def _string_segments(arr: pa.Array) -> Segments:
@@ -201,41 +199,165 @@ def _string_segments(arr: pa.Array) -> Segments:
     return Segments(data, off[:-1], np.diff(off))
 
 
-_ID_TABLE: list[Any] = [None, None]  # (the ids in rank order it was made for, their Avro strings)
+_ID_TABLE: list[Any] = [None, None, None]  # (the ids in rank order it was made for, their Avro strings, slotted)
 
 
-def _id_strings(by_rank: np.ndarray) -> Segments:
+def _id_strings(by_rank: np.ndarray) -> tuple[Segments, np.ndarray | None]:
     """Each subscription id as an Avro string (length varint, UTF-8), in rank order: ``data``
-    holds them one after another, entry ``r`` at ``starts[r]`` (kept while the index version is)."""
+    holds them one after another, entry ``r`` at ``starts[r]``; and the same in fixed slots
+    (``schemas.segments.slotted``) when they fit. Kept while the index version is."""
     if _ID_TABLE[0] is by_rank:
-        return cast(Segments, _ID_TABLE[1])
+        return cast(Segments, _ID_TABLE[1]), _ID_TABLE[2]
     raw = [sid.encode() for sid in by_rank.tolist()]
     ids = table([zigzag(len(b)) + b for b in raw], np.arange(len(raw)))
-    _ID_TABLE[:] = [by_rank, ids]
-    return ids
+    _ID_TABLE[:] = [by_rank, ids, slotted(ids)]
+    return ids, _ID_TABLE[2]
 
 
-def match_values(rb: pa.RecordBatch, matches: Matches) -> tuple[np.ndarray, np.ndarray]:
+@dataclass
+class DecodedEvents:
+    """One Arrow batch of Kafka rows decoded as events: the verdict of every row, the ``Match``
+    head fields of the good ones (as byte spans, for :func:`match_values`) and their attributes.
+
+    Attributes
+    ----------
+    good : bool array
+        The row is a valid ``Event``.
+    error_code, reason : list of str or None
+        The verdict of each row (None for good rows), as ``schemas.rules.classify`` gives it.
+    data : uint8 array
+        The bytes the spans point into.
+    event_id, publisher_id : (starts, lengths)
+        Byte spans in ``data`` (length 0 where not good).
+    published_at : int64 array
+    entries : list of (rows, names, values)
+        The good rows' attribute entries (``attribute_columns``).
+    """
+
+    good: np.ndarray
+    error_code: list[str | None]
+    reason: list[str | None]
+    data: np.ndarray
+    event_id: tuple[np.ndarray, np.ndarray]
+    publisher_id: tuple[np.ndarray, np.ndarray]
+    published_at: np.ndarray
+    entries: list[Entries]
+
+    def batch(self) -> EventBatch:
+        n = len(self.good)
+        return EventBatch.from_columns(n, attribute_columns(self.entries, n))
+
+
+def decode_rows(values: pa.Array) -> DecodedEvents:
+    """Decode a column of Kafka values (Arrow binary) as ``Event`` records.
+
+    The columnar fast path (``schemas.columnar.decode_events``) accepts the values it is sure of
+    (all of them in a clean stream); the others are decided by the reference decoder
+    (``schemas.rules.checked``: ``schemas.codec`` and the rules, which the JVM decoder of the other
+    jobs is held equal to), one by one, so their verdicts and reasons are the validation job's.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    n = len(values)
+    segs = _string_segments(values)
+    assert not isinstance(segs.starts, int) and not isinstance(segs.lens, int)
+    offsets = np.empty(n + 1, np.int64)
+    offsets[:n] = segs.starts
+    offsets[n] = int(segs.starts[-1] + segs.lens[-1]) if n else 0
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    fast = decode_events(offsets, segs.data, valid)
+    good = fast.accepted.copy()
+    codes: list[str | None] = [None] * n
+    reasons: list[str | None] = [None] * n
+    eid_start, eid_len = fast.string_span("event_id")
+    pid_start, pid_len = fast.string_span("publisher_id")
+    eid_len, pid_len = np.where(good, eid_len, 0), np.where(good, pid_len, 0)
+    published = np.where(good, fast.longs("published_at"), 0)
+    entries: list[Entries] = [fast.attributes(kind) for kind in VALUE_KINDS]
+    data = segs.data
+    referred = np.flatnonzero(~good).tolist()
+    if referred:
+        raw = values.take(pa.array(referred, pa.int64())).to_pylist()
+        extra: list[bytes] = []
+        base = len(data)
+        by_kind: dict[str, tuple[list[int], list[str], list[Any]]] = {k: ([], [], []) for k in VALUE_KINDS}
+        for i, value in zip(referred, raw, strict=True):
+            code, reason, record = checked(value, "Event")
+            if code is not None or record is None:
+                codes[i], reasons[i] = code, reason
+                continue
+            good[i] = True
+            published[i] = record["published_at"]
+            for field, (starts, lens) in (("event_id", (eid_start, eid_len)), ("publisher_id", (pid_start, pid_len))):
+                b = record[field].encode()
+                starts[i], lens[i] = base, len(b)
+                extra.append(b)
+                base += len(b)
+            for kind in VALUE_KINDS:
+                rows, names, vals = by_kind[kind]
+                for name, v in record["attributes"][kind].items():
+                    rows.append(i)
+                    names.append(name)
+                    vals.append(v)
+        if extra:
+            data = np.concatenate([data, np.frombuffer(b"".join(extra), np.uint8)])
+        for kind, (rows, names, vals) in by_kind.items():
+            if rows:
+                column = np.array(vals, dtype=object if kind == "strings" else _KIND_DTYPES[kind])
+                entries.append((np.array(rows, np.int64), pa.array(names, pa.string()), column))
+    return DecodedEvents(good, codes, reasons, data, (eid_start, eid_len), (pid_start, pid_len), published, entries)
+
+
+_KIND_DTYPES = {"longs": np.int64, "doubles": np.float64, "booleans": np.bool_}
+
+
+def match_values(events: DecodedEvents, matches: Matches) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``Match`` record, single-object Avro: the bytes of all rows and the ``n + 1`` row
-    offsets into them (rows the decoder rejected get bytes too, from their null fields: the caller
-    masks them)."""
-    n = rb.num_rows
+    offsets into them (rows that are not good get bytes too, from empty fields: the caller masks
+    them)."""
+    n = len(events.good)
     offsets, ranks, by_rank = matches.sorted_ranks()
-    ids = entry_runs(_id_strings(by_rank), ranks, offsets)
+    table_of_ids, slots = _id_strings(by_rank)
+    ids = entry_runs(table_of_ids, ranks, offsets, slots)
     counts = np.diff(offsets)
-    published = pc.fill_null(rb.column("published_at"), 0).to_numpy(zero_copy_only=False)
     parts = [const(codec_for("Match").header)]
-    parts += len_prefixed([_string_segments(rb.column("event_id"))], n)
-    parts += len_prefixed([_string_segments(rb.column("publisher_id"))], n)
-    parts += [varints(published), varints(counts).masked(counts > 0)]  # an empty array: its end marker only
+    parts += len_prefixed([Segments(events.data, *events.event_id)], n)
+    parts += len_prefixed([Segments(events.data, *events.publisher_id)], n)
+    parts += [varints(events.published_at), varints(counts).masked(counts > 0)]  # an empty array: its end marker only
     parts += [ids, const(b"\x00")]
     return assemble(parts, n)
 
 
-def _with_values(rb: pa.RecordBatch, data: np.ndarray, row_off: np.ndarray, bad: pa.Array) -> Iterator[pa.RecordBatch]:
-    """``rb``'s pass-through columns plus ``match_value`` (null where ``bad``), in pieces whose values
-    fit an Arrow binary column."""
+def _output(rb: pa.RecordBatch, events: DecodedEvents) -> dict[str, pa.Array]:
+    """The output columns but ``match_value``: the verdict; the Kafka row (for the dead letter) of
+    rows that are not good, nulls for good ones but their partition, offset and timestamp; and the
+    good rows' event ids."""
     n = rb.num_rows
+    bad = ~events.good
+    eid_off, eid_blob = gather_spans(events.data, *events.event_id)
+    eid = pa.Array.from_buffers(
+        pa.string(), n, [pa.array(events.good).buffers()[1], pa.py_buffer(eid_off), pa.py_buffer(eid_blob)]
+    )
+    out = {
+        "error_code": pa.array(events.error_code, pa.string()),
+        "reason": pa.array(events.reason, pa.string()),
+    }
+    mask = pa.array(bad)
+    for name in ("key", "value", "topic"):
+        col = rb.column(name)
+        out[name] = pc.if_else(mask, col, pa.scalar(None, col.type)) if bad.any() else pa.nulls(n, col.type)
+    for name in ("partition", "offset", "timestamp"):
+        out[name] = rb.column(name)
+    out["event_id"] = eid
+    return out
+
+
+def _chunks(
+    columns: dict[str, pa.Array], data: np.ndarray, row_off: np.ndarray, good: np.ndarray
+) -> Iterator[pa.RecordBatch]:
+    """The output rows with ``match_value`` (null where not ``good``), in pieces whose values fit an
+    Arrow binary column."""
+    n = len(good)
     lo = 0
     while lo < n:
         hi = int(np.searchsorted(row_off, row_off[lo] + _MAX_CHUNK_BYTES, side="right")) - 1
@@ -244,16 +366,16 @@ def _with_values(rb: pa.RecordBatch, data: np.ndarray, row_off: np.ndarray, bad:
             raise ValueError(f"a Match record of {int(row_off[hi] - row_off[lo]):,} bytes does not fit a binary column")
         off = (row_off[lo : hi + 1] - row_off[lo]).astype(np.int32)
         payload = data[int(row_off[lo]) : int(row_off[hi])]
-        values = pa.Array.from_buffers(pa.binary(), hi - lo, [None, pa.py_buffer(off), pa.py_buffer(payload)])
-        values = pc.if_else(bad.slice(lo, hi - lo), pa.scalar(None, pa.binary()), values)
-        part = rb.slice(lo, hi - lo)
-        arrays = [part.column(name) for name in PASS_THROUGH]
-        yield pa.RecordBatch.from_arrays([*arrays, values], names=[*PASS_THROUGH, "match_value"])
+        valid = pa.array(good[lo:hi]).buffers()[1]
+        values = pa.Array.from_buffers(pa.binary(), hi - lo, [valid, pa.py_buffer(off), pa.py_buffer(payload)])
+        arrays = [columns[name].slice(lo, hi - lo) for name in OUTPUT_NAMES[:-1]]
+        yield pa.RecordBatch.from_arrays([*arrays, values], names=list(OUTPUT_NAMES))
         lo = hi
 
 
 def match_batches(ship: ShipState, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: each input batch with its ``match_value`` (see the module docstring)."""
+    """``mapInArrow`` body: Kafka rows of events in, each row's verdict and ``Match`` out (see the
+    module docstring)."""
     replica: IndexReplica | None = None
     for rb in batches:
         n = rb.num_rows
@@ -261,12 +383,10 @@ def match_batches(ship: ShipState, batches: Iterator[pa.RecordBatch]) -> Iterato
             continue
         if replica is None:  # sync lazily: tasks of partitions without events never build an index
             replica = replica_for(ship)
-        cols = {kind: rb.column(kind) for kind in VALUE_KINDS}
-        matches = replica.index.match(event_batch(cols, n))
-        bad = rb.column("error_code").is_valid()
-        good = ~bad.to_numpy(zero_copy_only=False)
+        events = decode_rows(rb.column("value"))
+        matches = replica.index.match(events.batch())
         if ship.counters is not None:
-            good_count = int(good.sum())
-            ship.counters.add((good_count, n - good_count, int(matches.counts()[good].sum())))
-        data, row_off = match_values(rb, matches)
-        yield from _with_values(rb, data, row_off, bad)
+            good_count = int(events.good.sum())
+            ship.counters.add((good_count, n - good_count, int(matches.counts()[events.good].sum())))
+        data, row_off = match_values(events, matches)
+        yield from _chunks(_output(rb, events), data, row_off, events.good)

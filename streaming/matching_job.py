@@ -19,17 +19,20 @@ both topics, recorded by Spark in its offset log before ``B`` runs. ``foreachBat
    (or one far behind) reads the broadcast and rebuilds. A new snapshot broadcast is made only
    when the changes since the last one reach ``max(1024, a quarter of the table)``, so 100k
    subscriptions are not re-broadcast per batch.
-3. **Matching, on executors, vectorized.** The events are decoded in the JVM as part of the
-   streaming plan (``streaming.decode``, built once; rebuilding those columns from Python cost
-   ~1 s per micro-batch), then one ``mapInArrow`` turns the typed attribute maps of each Arrow
-   batch into ``EventBatch`` columns with numpy and calls ``index.match`` once per Arrow batch.
-   Events the decoder rejected pass through the same operator untouched (so the Kafka input is
-   read once, in one linear plan). The Python worker also writes each valid event's whole
-   ``Match`` record (Avro single-object encoding, ``arrow_matching.match_values``: the ids' Avro
-   strings are kept per index version and laid out for the whole Arrow batch by one compiled
-   gather), and a final projection in the JVM routes every row either as that ``Match`` (keyed by
-   ``event_id``) or as a ``DeadLetter`` (keyed ``topic/partition/offset``, exactly as the
-   validation job writes it). Rejected subscriptions are added to the same write. One Kafka write
+3. **Matching, on executors, vectorized.** The streaming plan hands the events topic's Kafka rows
+   (key, value and coordinates) to one ``mapInArrow``; its Python workers decode each Arrow batch
+   of values (``arrow_matching.decode_rows``: the columnar fast path of ``schemas.columnar`` for
+   every value it is sure of, the reference decoder and rules of ``schemas`` for the others, so
+   bad events get the validation job's verdict and reason), build ``EventBatch`` columns with
+   numpy and call ``index.match`` once per Arrow batch. Decoding in the JVM instead (Avro to
+   typed maps, the rules as Spark expressions, the maps to Arrow) took ~60% of the job's CPU on
+   Gryphon events (session 11 profile: 1 JVM core of ~1.8 busy at 27k events/s). The Python
+   worker also writes each valid event's whole ``Match`` record (Avro single-object encoding,
+   ``arrow_matching.match_values``: the ids' Avro strings are kept per index version and laid out
+   for the whole Arrow batch by one compiled gather), and a final projection in the JVM routes
+   every row either as that ``Match`` (keyed by ``event_id``) or as a ``DeadLetter`` (keyed
+   ``topic/partition/offset``, exactly as the validation job writes it). Rejected subscriptions
+   are added to the same write. One Kafka write
    per micro-batch; every valid event gets a ``Match`` record, with an empty ``subscription_ids``
    when nothing matched (as SPEC.md section 3). Earlier versions built an Arrow ``list<string>``
    of the ids (a Python string per id, ~0.16 us each, after a sort of the whole batch) for the
@@ -86,6 +89,7 @@ EVENTS = TOPICS["siftstream.events.v1"]
 SUBSCRIPTIONS = TOPICS["siftstream.subscriptions.v1"]
 MATCHES = TOPICS["siftstream.matches.v1"]
 EARLIEST = -2  # Spark's Kafka offsets JSON: -2 is the earliest offset
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
 @dataclass(frozen=True)
@@ -160,28 +164,11 @@ class MatchingConfig:
 # ---- pure DataFrame transforms ----------------------------------------------------------------
 
 
-def event_columns(decoded: DataFrame) -> DataFrame:
-    """Decoded event rows -> the columns ``arrow_matching.match_batches`` reads: the verdict, the raw
-    record for rejected rows only (the dead letter needs it), the Kafka coordinates, the ``Match``
-    fields and the four attribute maps (null for rejected rows)."""
+def event_rows(source: DataFrame, events_topic: str) -> DataFrame:
+    """The Kafka columns of the events topic's rows that ``arrow_matching.match_batches`` reads."""
     from pyspark.sql import functions as F
 
-    from streaming.arrow_matching import VALUE_KINDS
-
-    bad = F.col("error_code").isNotNull()
-    rec = F.col("record")
-    return decoded.select(
-        "error_code",
-        "reason",
-        F.when(bad, F.col("key")).alias("key"),
-        F.when(bad, F.col("value")).alias("value"),
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        *[F.when(~bad, rec[f]).alias(f) for f in ("event_id", "publisher_id", "published_at")],
-        *[F.when(~bad, rec["attributes"][k]).alias(k) for k in VALUE_KINDS],
-    )
+    return source.where(F.col("topic") == events_topic).select(*KAFKA_COLUMNS)
 
 
 def output_columns(matches_topic: str, deadletter_topic: str) -> list[Column]:
@@ -489,16 +476,12 @@ class MatchingBatch:
 def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) -> tuple[StreamingQuery, MatchingBatch]:
     """Wire Kafka (events + subscriptions) -> ``MatchingBatch`` -> Kafka and start the query; return
     it with its ``MatchingBatch`` (per-batch ``BatchStats`` in ``.history``)."""
-    from pyspark.sql import functions as F
-
-    from streaming.decode import decode
-
     # The subscriptions topic is in the source for the offset log's consistent cut of both topics;
-    # its records are read by offset range in each batch (MatchingBatch). The events' decode and
-    # projection are part of the streaming plan, built once.
+    # its records are read by offset range in each batch (MatchingBatch). The events' rows go to
+    # the Python workers undecoded (module docstring, 3.).
     topics = [cfg.events_topic, cfg.subscriptions_topic]
     source = kafka_stream(spark, cfg.conn, topics, cfg.max_offsets_per_trigger)
-    events = event_columns(decode(source.where(F.col("topic") == cfg.events_topic), EVENTS))
+    events = event_rows(source, cfg.events_topic)
     handler = MatchingBatch(spark, cfg, quiet)
     query = start_batches(
         events,

@@ -257,7 +257,6 @@ def test_every_record_is_decoded_once_per_schema_version(spark) -> None:  # type
     from schemas.codec import versions_of
     from streaming.decode import dead_letters, decode, good
     from streaming.driver_batch import FIELDS, TopicReader
-    from streaming.matching_job import event_columns
 
     def decodings(df) -> int:  # type: ignore[no-untyped-def]
         return str(df._jdf.queryExecution().executedPlan().toString()).count("from_avro(")
@@ -267,7 +266,6 @@ def test_every_record_is_decoded_once_per_schema_version(spark) -> None:  # type
         versions = len(versions_of(spec.schema))
         assert decodings(good(decode(df, spec))) == versions, spec.name
         assert decodings(dead_letters(decode(df, spec))) == versions, spec.name
-    assert decodings(event_columns(decode(df, TOPICS["siftstream.events.v1"]))) == 1
     framed = df.selectExpr("*", "unix_millis(timestamp) AS ts_ms")
     for topic in FIELDS:
         reader = TopicReader(spark, topic, topic)

@@ -1,5 +1,5 @@
-"""The matching job's DataFrame pieces on a local SparkSession, without Kafka: decoded events through
-``event_columns`` -> ``mapInArrow(match_batches)`` -> ``output_records``, and the subscription rows
+"""The matching job's DataFrame pieces on a local SparkSession, without Kafka: Kafka rows of events
+through ``event_rows`` -> ``mapInArrow(match_batches)`` -> ``output_records``, and the subscription rows
 the driver plans from. Expected matches come from ``BruteForceIndex``; expected dead letters from
 ``streaming.decode.dead_letters``, the validation job's encoder."""
 
@@ -49,6 +49,7 @@ def _events() -> list[tuple[bytes | None, bytes | None]]:
     events = EventGenerator(publishers=3, seed=5).batch(60, 1_700_000_000_000)
     for i, e in enumerate(events):
         e["attributes"]["mixed"] = i if i % 2 else float(i) / 2  # long here, double there
+    events[5]["attributes"]["note"] = "naïve"  # non-ASCII: the fast path refers it, the reference takes it
     out: list[tuple[bytes | None, bytes | None]] = [(e["publisher_id"].encode(), codec.encode(e)) for e in events]
     out += [(b"bad", corrupt(kind, rng, events[i])[0]) for i, kind in enumerate(sorted(FAULTS))]
     return out
@@ -66,13 +67,11 @@ def test_every_event_becomes_a_match_or_the_validation_jobs_dead_letter(spark) -
     from streaming.arrow_matching import OUTPUT_SCHEMA, match_batches
     from streaming.decode import dead_letters
     from streaming.decode import decode as spark_decode
-    from streaming.matching_job import event_columns, output_records
+    from streaming.matching_job import event_rows, output_records
 
     values = _events()
-    frame = _frame(spark, "ev", values)
-    matched = event_columns(spark_decode(frame, EVENTS)).mapInArrow(
-        functools.partial(match_batches, _ship(FILTERS)), OUTPUT_SCHEMA
-    )
+    frame = _frame(spark, "ev", values).unionByName(_frame(spark, "other", values[:3]))
+    matched = event_rows(frame, "ev").mapInArrow(functools.partial(match_batches, _ship(FILTERS)), OUTPUT_SCHEMA)
     rows = output_records(matched, "matches", "dead").collect()
 
     oracle = BruteForceIndex()
@@ -95,7 +94,8 @@ def test_every_event_becomes_a_match_or_the_validation_jobs_dead_letter(spark) -
     assert [k for k, m in sorted(matches.items()) if "s7" in m["subscription_ids"]] == ["p0-1", "p0-2"]
 
     letters = sorted((bytes(r.key), bytes(r.value)) for r in rows if r.topic == "dead")
-    reference = sorted((bytes(r.key), bytes(r.value)) for r in dead_letters(spark_decode(frame, EVENTS)).collect())
+    ev = frame.where("topic = 'ev'")
+    reference = sorted((bytes(r.key), bytes(r.value)) for r in dead_letters(spark_decode(ev, EVENTS)).collect())
     assert letters == reference and len(letters) == len(FAULTS)
 
 

@@ -1,9 +1,11 @@
 """The executor side of the matching job over plain pyarrow batches (no JVM): the typed attribute
-maps become the same events, and ``match_batches`` answers like the oracle."""
+maps become the same events, Kafka values decode with the validation job's verdicts, and
+``match_batches`` answers like the oracle."""
 
 from __future__ import annotations
 
 import datetime
+import random
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,9 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from producers.events import EventGenerator
+from producers.faults import FAULTS, corrupt
 from routing.matching import BruteForceIndex
 from routing.subscriptions import SubscriptionTable
 from schemas.codec import codec_for
+from schemas.rules import classify
 from streaming import arrow_matching
 from streaming.arrow_matching import VALUE_KINDS, ShipState, event_batch, match_batches
 from tests.strategies import INDEX_IDS, index_filters, wire_events
@@ -60,21 +65,18 @@ def test_sliced_and_chunked_columns() -> None:
 
 
 def _record_batch(rows: list[dict[str, Any] | None]) -> pa.RecordBatch:
+    """Kafka rows of the events topic as the job hands them to ``mapInArrow`` (None: a value that
+    does not decode)."""
     n = len(rows)
     ts = pa.array([datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)] * n, type=pa.timestamp("us", tz="UTC"))
+    codec = codec_for("Event")
     cols: dict[str, pa.Array] = {
-        "error_code": pa.array([None if r else "malformed_body" for r in rows], type=pa.string()),
-        "reason": pa.array([None if r else "does not decode" for r in rows], type=pa.string()),
-        "key": pa.array([None if r else b"k" for r in rows], type=pa.binary()),
-        "value": pa.array([None if r else b"\x00" for r in rows], type=pa.binary()),
+        "key": pa.array([r["publisher_id"].encode() if r else b"k" for r in rows], type=pa.binary()),
+        "value": pa.array([codec.encode(r) if r else b"\x00" for r in rows], type=pa.binary()),
         "topic": pa.array(["events"] * n),
         "partition": pa.array([0] * n, type=pa.int32()),
         "offset": pa.array(range(n), type=pa.int64()),
         "timestamp": ts,
-        "event_id": pa.array([r["event_id"] if r else None for r in rows], type=pa.string()),
-        "publisher_id": pa.array([r["publisher_id"] if r else None for r in rows], type=pa.string()),
-        "published_at": pa.array([r["published_at"] if r else None for r in rows], type=pa.int64()),
-        **_maps(rows),
     }
     return pa.RecordBatch.from_pydict(cols)
 
@@ -130,7 +132,7 @@ def test_match_values_of_sliced_batches_in_chunks(kind: str, monkeypatch: pytest
     ship = ShipState("chunks", kind, table.version, SimpleNamespace(value=dict(table.filters)), (), table.version)
     rows: list[dict[str, Any] | None] = [
         None if i % 7 == 3 else
-        {"event_id": f"e{i}" * (i % 40), "publisher_id": "pub", "published_at": 10**12 + i * (-1) ** i,
+        {"event_id": f"e{i}" * (i % 40 + 1), "publisher_id": "pub", "published_at": 10**12 + i * (-1) ** i,
          "lifetime_ms": 0, "attributes": {"x": i * 3 % 120}}
         for i in range(40)
     ]  # fmt: skip
@@ -147,3 +149,28 @@ def test_match_values_of_sliced_batches_in_chunks(kind: str, monkeypatch: pytest
     assert got == [_match_bytes(r, e) if r else None for e, r in zip(expected, rows, strict=True)]
     assert any(len(e) > 64 for e in expected) and any(not e for e, r in zip(expected, rows, strict=True) if r)
     assert [o for rb in out for o in rb.column("offset").to_pylist()] == list(range(1, len(rows) + 1))
+
+
+def test_kafka_values_get_the_validation_jobs_verdict_and_good_ones_their_fields() -> None:
+    """Every fault kind, a tombstone, events with non-ASCII text (referred by the fast path, good)
+    and plain events in one Arrow batch: ``decode_rows`` gives ``classify``'s verdict to each, and
+    the good ones' fields and attributes are the reference decoder's."""
+    rng = random.Random(11)
+    codec = codec_for("Event")
+    events = EventGenerator(publishers=3, seed=11).batch(30, 1_700_000_000_000)
+    events[3]["attributes"]["city"] = "Zürich"
+    events[4]["event_id"] = "é-4"
+    values: list[bytes | None] = [codec.encode(e) for e in events]
+    values += [corrupt(kind, rng, events[i])[0] for i, kind in enumerate(sorted(FAULTS))] + [None]
+    decoded = arrow_matching.decode_rows(pa.array(values, pa.binary()))
+    verdicts = [classify(v, "Event") for v in values]
+    assert list(zip(decoded.error_code, decoded.reason, strict=True)) == verdicts
+    assert decoded.good.tolist() == [code is None for code, _ in verdicts]
+    assert [c for c, _ in verdicts[30:]] == [FAULTS[k] for k in sorted(FAULTS)] + ["bad_framing"]
+    batch = decoded.batch()
+    for i, e in enumerate(events):
+        assert _typed(batch.event(i)) == _typed(e["attributes"])
+        start, length = decoded.event_id[0][i], decoded.event_id[1][i]
+        assert decoded.data[start : start + length].tobytes().decode() == e["event_id"]
+        assert decoded.published_at[i] == e["published_at"]
+    assert all(batch.event(i) == {} for i in range(30, len(values)))

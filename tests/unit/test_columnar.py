@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.codec import codec_for, decode_wire, versions_of
-from schemas.columnar import FlatDecoder, fields_of, supports
-from schemas.rules import classify
+from schemas.columnar import FlatDecoder, decode_events, fields_of, supports
+from schemas.rules import VALUE_KINDS, classify
 from tests.strategies import records_for, valid_records
 
 FLAT = ("LinkSample", "BrokerSample", "Receipt")
@@ -151,3 +151,112 @@ def test_rules_with_a_condition_follow_the_condition() -> None:
     out = FlatDecoder("LinkSample").decode_values([lost, kept, negative])
     assert out.accepted.tolist() == [True, False, False]
     assert [classify(v, "LinkSample")[0] for v in (lost, kept, negative)] == [None, "invalid_value", "invalid_value"]
+
+
+# ---- events -------------------------------------------------------------------------------------
+
+
+def _decode_events(values: list[bytes | None]) -> Any:
+    lengths = [0 if v is None else len(v) for v in values]
+    offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+    data = np.frombuffer(b"".join(v for v in values if v is not None), dtype=np.uint8)
+    return decode_events(offsets, data, np.array([v is not None for v in values], dtype=np.bool_))
+
+
+def _event(out: Any, row: int) -> dict[str, Any]:
+    """Row ``row`` of ``decode_events``' answer in the reference's (wire) layout."""
+    rec: dict[str, Any] = {}
+    for name in ("event_id", "publisher_id"):
+        starts, lens = out.string_span(name)
+        rec[name] = out.data[starts[row] : starts[row] + lens[row]].tobytes().decode("ascii")
+    for name in ("published_at", "lifetime_ms"):
+        rec[name] = int(out.longs(name)[row])
+    rec["attributes"] = {}
+    for kind in VALUE_KINDS:
+        rows, names, values = out.attributes(kind)
+        picked = np.flatnonzero(rows == row)
+        cast = {"longs": int, "doubles": float, "booleans": bool, "strings": str}[kind]
+        rec["attributes"][kind] = {names[int(j)].as_py(): cast(values[j]) for j in picked}
+    return rec
+
+
+def _check_events_sound(values: list[bytes | None]) -> Any:
+    out = _decode_events(values)
+    for i, raw in enumerate(values):
+        if out.accepted[i]:
+            assert classify(raw, "Event") == (None, None), (raw, classify(raw, "Event"))
+            _, want = decode_wire(raw, "Event")
+            got = _event(out, i)
+            assert got == want and all(
+                _same(got["attributes"][k][a], v) for k, m in want["attributes"].items() for a, v in m.items()
+            ), (got, want)
+    rows = out.entries[0]
+    assert np.all(out.accepted[rows]) and np.all(np.diff(rows) >= 0)  # entries: accepted rows, in order
+    return out
+
+
+def _ascii_event(record: dict[str, Any]) -> bool:
+    strings = [record["event_id"], record["publisher_id"]]
+    for m in record["attributes"].values():
+        strings += list(m)
+    strings += list(record["attributes"]["strings"].values())
+    return all(s.isascii() for s in strings)
+
+
+@settings(max_examples=80, deadline=None)
+@given(records=st.lists(valid_records("Event"), min_size=1, max_size=20))
+def test_valid_ascii_events_are_accepted_with_the_reference_fields(records: list[dict[str, Any]]) -> None:
+    values: list[bytes | None] = [codec_for("Event").encode_wire(r) for r in records]
+    out = _check_events_sound(values)
+    for record, accepted in zip(records, out.accepted.tolist(), strict=True):
+        assert accepted == _ascii_event(record), record
+
+
+@settings(max_examples=80, deadline=None)
+@given(records=st.lists(records_for(codec_for("Event").schema, allow_nonfinite=True), min_size=1, max_size=20))
+def test_any_event_is_accepted_only_when_the_reference_calls_it_good(records: list[dict[str, Any]]) -> None:
+    values: list[bytes | None] = [codec_for("Event").encode_wire(r) for r in records]
+    out = _check_events_sound(values)
+    for raw, record, accepted in zip(values, records, out.accepted.tolist(), strict=True):
+        assert accepted == (classify(raw, "Event") == (None, None) and _ascii_event(record))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_damaged_events_are_never_accepted_wrongly(data: st.DataObject) -> None:
+    _check_events_sound(data.draw(st.lists(_damaged("Event"), min_size=1, max_size=20)))
+
+
+def test_hand_made_event_encodings() -> None:
+    """A map in a block with its byte size (a negative count: valid Avro, accepted), a name twice in
+    one map or across two, a name the rules refuse, and trailing bytes (all referred)."""
+    codec = codec_for("Event")
+    head = {"event_id": "e", "publisher_id": "p", "published_at": 7, "lifetime_ms": 0}
+    raw = codec.encode_wire({**head, "attributes": {"longs": {"x": 1}, "doubles": {}, "strings": {}, "booleans": {}}})
+    header, body = raw[:10], raw[10:]
+    fixed = b"\x02e\x02p\x0e\x00"  # event_id, publisher_id, published_at 7, lifetime_ms 0
+    assert body == fixed + b"\x02\x02x\x02\x00" + b"\x00\x00\x00"
+    sized = header + fixed + b"\x01\x06\x02x\x02" + b"\x00" + b"\x00\x00\x00"  # one entry, 3 bytes
+    twice = header + fixed + b"\x04\x02x\x02\x02x\x04\x00" + b"\x00\x00\x00"
+    across = header + fixed + b"\x02\x02x\x02\x00" + b"\x00" + b"\x02\x02x\x02y\x00" + b"\x00"
+    bad_name = header + fixed + b"\x02\x041a\x02\x00" + b"\x00\x00\x00"
+    trailing = raw + b"\x00"
+    out = _check_events_sound([raw, sized, twice, across, bad_name, trailing])
+    assert out.accepted.tolist() == [True, True, False, False, False, False]
+    assert decode_wire(sized, "Event")[1]["attributes"]["longs"] == {"x": 1} and _event(out, 1)["attributes"][
+        "longs"
+    ] == {"x": 1}
+    assert [classify(v, "Event")[0] for v in (across, bad_name)] == ["invalid_value", "invalid_value"]
+
+
+def test_many_attributes_grow_the_entry_room() -> None:
+    codec = codec_for("Event")
+    wide = {f"a{i}": i for i in range(300)}
+    values: list[bytes | None] = [
+        codec.encode(
+            {"event_id": f"e{i}", "publisher_id": "p", "published_at": i, "lifetime_ms": 1, "attributes": wide}
+        )
+        for i in range(5)
+    ]
+    out = _check_events_sound(values)
+    assert out.accepted.all() and out.entries.shape[1] == 1500
