@@ -11,7 +11,10 @@ subscriptions (default 100,000):
    rebuilds its index from the broadcast) and drains the backlog available-now with
    ``--per-batch`` records per micro-batch. "Sustained" is events over batch time in the second
    half of the batches (the first ones pay for start-up), as in ``bench/ingest.py``.
-3. **Latency at an offered load.** On fresh topics with the same subscriptions, the job runs
+3. **Ceiling.** Pre-encoded ``Match`` records of the throughput run's average size go to the
+   broker from librdkafka in a tight loop (lz4, as the job writes): what this machine can take in
+   at all, with no matching and no Spark; the job cannot write faster.
+4. **Latency at an offered load.** On fresh topics with the same subscriptions, the job runs
    continuously (trigger "0 seconds"); after 2,000 warm-up events (which make the Python workers
    build their indexes) a producer process publishes ``--rate`` events/s for
    ``--seconds`` s with ``published_at`` = the wall clock at send (in chunks of 1/20 s, generated
@@ -19,7 +22,7 @@ subscriptions (default 100,000):
    the 2 cores the job runs on); a consumer process reads every
    ``Match`` record and takes its Kafka timestamp (set when Spark's producer sent it) minus the
    event's ``published_at``. p50 and p99 are over events published after ``--warmup`` s.
-4. **Oracle.** ``BruteForceIndex`` over the same subscriptions is timed on a few events and its
+5. **Oracle.** ``BruteForceIndex`` over the same subscriptions is timed on a few events and its
    answers compared with the job's ``Match`` records for those events.
 
 Output volume matters: every valid event gets one ``Match`` record naming every matching id, so at
@@ -57,6 +60,7 @@ from producers.columns import EventColumns
 from producers.kafka_writer import KafkaWriter
 from producers.sinks import KafkaSink
 from producers.workloads import GryphonWorkload
+from schemas.codec import codec_for
 
 BROKERS, SUBS_PER_CLIENT = 80, 5
 
@@ -191,6 +195,50 @@ def _latency_consumer(bootstrap: str, topic: str, expected: int, deadline_s: flo
         "bytes": nbytes,
         "published_latency": list(seen.values()),
     }
+
+
+def kafka_ceiling(conn: KafkaConnection, w: GryphonWorkload, ids_per_event: float, records: int = 40_000) -> dict:
+    """The rate at which this machine takes ``Match`` records of this workload's size into the
+    broker with nothing else to do: pre-encoded records (``ids_per_event`` ids) sent by
+    librdkafka in a tight loop, compressed as the job compresses (lz4). No job can write faster
+    than this on the same machine."""
+    from confluent_kafka import Producer
+
+    rng = np.random.default_rng(7)
+    k = max(0, min(len(w.sub_matrix), round(ids_per_event)))
+    codec = codec_for("Match")
+    pool = []
+    for j in range(200):
+        ids = sorted(f"g{i}" for i in rng.choice(len(w.sub_matrix), k, replace=False))
+        pool.append(
+            codec.encode({"event_id": f"c-{j}", "publisher_id": "gp0", "published_at": 1, "subscription_ids": ids})
+        )
+    topic = new_topics(conn) + "siftstream.matches.v1"
+    producer = Producer(
+        {
+            "bootstrap.servers": conn.bootstrap_servers,
+            "compression.type": "lz4",
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.kbytes": 1 << 20,
+        }
+    )
+    start = time.monotonic()
+    nbytes = 0
+    for i in range(records):
+        value = pool[i % len(pool)]
+        nbytes += len(value)
+        while True:
+            try:
+                producer.produce(topic, value, f"c-{i}".encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush()
+    wall = time.monotonic() - start
+    return {"records_per_s": records / wall, "mb_per_s": nbytes / wall / 1e6, "record_bytes": nbytes / records}
 
 
 def bench_throughput(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: argparse.Namespace) -> dict:
@@ -368,7 +416,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30, help="length of the latency run")
     ap.add_argument("--warmup", type=float, default=5, help="latency run: seconds left out of the percentiles")
     ap.add_argument("--oracle-events", type=int, default=5, help="events timed and checked with the oracle")
-    ap.add_argument("--skip", default="", help="comma-separated phases to skip: throughput, latency, oracle")
+    ap.add_argument("--skip", default="", help="comma-separated phases to skip: throughput, ceiling, latency, oracle")
     ap.add_argument("--quick", action="store_true", help="small sizes: 5k subscriptions, 20k events, 10 s")
     ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting a broker")
     ap.add_argument("--verbose", action="store_true", help="print the job's per-batch lines")
@@ -413,6 +461,15 @@ def main() -> int:
                     f"({t['wall_s']:.1f} s); {ids_per_event:,.0f} ids per event"
                 )
                 print(f"  batches (events, ms, write ms): {t['batch_rows_ms']}", flush=True)
+                if "ceiling" not in skip:
+                    c = kafka_ceiling(conn, w, ids_per_event)
+                    res["ceiling"] = c
+                    print(
+                        f"  ceiling: pre-encoded Match records of this size ({c['record_bytes']:,.0f} bytes) sent to "
+                        f"the broker by librdkafka alone (lz4, no matching, no Spark): {c['records_per_s']:,.0f} "
+                        f"records/s ({c['mb_per_s']:,.0f} MB/s)",
+                        flush=True,
+                    )
             if "latency" not in skip:
                 lat = bench_latency(spark, conn, w, args)
                 res["latency"] = {k: v for k, v in lat.items() if k != "samples"}
