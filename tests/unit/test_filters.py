@@ -637,3 +637,14 @@ def test_numeric_covering_where_doubles_are_sparse(pair: tuple[Filter, Filter]) 
 @given(tight_filters(), tight_filters())
 def test_numeric_overlap_where_doubles_are_sparse(f1: Filter, f2: Filter) -> None:
     _check_overlap(f1, f2, domain=tight_domain(f1, f2))
+
+
+def test_parsed_predicates_are_shared_but_kinds_stay_apart() -> None:
+    """The parser reuses one Predicate per (name, operator, typed literals): 1, 1.0 and true
+    are three different literals, and a shared predicate answers as a fresh one."""
+    a, b = parse_filter("x = 1 and y = 'a'"), parse_filter("y = 'a' and x = 1")
+    assert a.predicates[0] is b.predicates[1] and a.predicates[1] is b.predicates[0]
+    one, one_f, true = (parse_filter(f"x = {v}").predicates[0] for v in ("1", "1.0", "true"))
+    assert one is not one_f and one.values == (1,) and type(one_f.values[0]) is float and true.values == (True,)
+    assert not true.matches(True, 1) and one.matches(True, 1.0) and one_f.matches(True, 1)
+    assert parse_filter("x = 1").predicates[0] == Predicate("x", Op.EQ, (1,))
