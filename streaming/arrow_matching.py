@@ -248,6 +248,9 @@ class DecodedEvents:
         return EventBatch.from_columns(n, attribute_columns(self.entries, n))
 
 
+_KIND_DTYPES = {"longs": np.int64, "doubles": np.float64, "booleans": np.bool_}  # strings: Python objects
+
+
 def decode_rows(values: pa.Array) -> DecodedEvents:
     """Decode a column of Kafka values (Arrow binary) as ``Event`` records.
 
@@ -306,9 +309,6 @@ def decode_rows(values: pa.Array) -> DecodedEvents:
                 column = np.array(vals, dtype=object if kind == "strings" else _KIND_DTYPES[kind])
                 entries.append((np.array(rows, np.int64), pa.array(names, pa.string()), column))
     return DecodedEvents(good, codes, reasons, data, (eid_start, eid_len), (pid_start, pid_len), published, entries)
-
-
-_KIND_DTYPES = {"longs": np.int64, "doubles": np.float64, "booleans": np.bool_}
 
 
 def match_values(events: DecodedEvents, matches: Matches) -> tuple[np.ndarray, np.ndarray]:

@@ -229,7 +229,8 @@ def test_damaged_events_are_never_accepted_wrongly(data: st.DataObject) -> None:
 
 def test_hand_made_event_encodings() -> None:
     """A map in a block with its byte size (a negative count: valid Avro, accepted), a name twice in
-    one map or across two, a name the rules refuse, and trailing bytes (all referred)."""
+    one map or across two, a name the rules refuse, trailing bytes, NaN and infinite doubles (all
+    referred), and a large finite double (accepted)."""
     codec = codec_for("Event")
     head = {"event_id": "e", "publisher_id": "p", "published_at": 7, "lifetime_ms": 0}
     raw = codec.encode_wire({**head, "attributes": {"longs": {"x": 1}, "doubles": {}, "strings": {}, "booleans": {}}})
@@ -241,8 +242,13 @@ def test_hand_made_event_encodings() -> None:
     across = header + fixed + b"\x02\x02x\x02\x00" + b"\x00" + b"\x02\x02x\x02y\x00" + b"\x00"
     bad_name = header + fixed + b"\x02\x041a\x02\x00" + b"\x00\x00\x00"
     trailing = raw + b"\x00"
-    out = _check_events_sound([raw, sized, twice, across, bad_name, trailing])
-    assert out.accepted.tolist() == [True, True, False, False, False, False]
+    doubles = [
+        codec.encode_wire({**head, "attributes": {"longs": {}, "doubles": {"p": v}, "strings": {}, "booleans": {}}})
+        for v in (float("nan"), float("inf"), -float("inf"), 1e308)
+    ]
+    out = _check_events_sound([raw, sized, twice, across, bad_name, trailing, *doubles])
+    assert out.accepted.tolist() == [True, True, False, False, False, False, False, False, False, True]
+    assert {classify(v, "Event")[0] for v in doubles[:3]} == {"invalid_value"}
     assert decode_wire(sized, "Event")[1]["attributes"]["longs"] == {"x": 1} and _event(out, 1)["attributes"][
         "longs"
     ] == {"x": 1}
