@@ -276,6 +276,26 @@ def gather_spans(
     return _gather(data, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lengths, dtype=np.int64))
 
 
+def binary_buffers(array: Any) -> tuple[NDArray[Any], NDArray[np.uint8], NDArray[np.bool_]]:
+    """An Arrow binary (or string) array's offsets, bytes and validity as numpy, without a copy of
+    the bytes: what :meth:`FlatDecoder.decode`, :func:`decode_events` and :func:`ascii_rows` take."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(array)
+    bufs = array.buffers()
+    wide = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
+    if n == 0 or bufs[1] is None:
+        offsets = np.zeros(n + 1, dtype=np.int64)
+    else:
+        offsets = np.frombuffer(
+            bufs[1], dtype=np.int64 if wide else np.int32, count=n + 1, offset=(8 if wide else 4) * array.offset
+        )
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, dtype=np.uint8)
+    valid = np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False), dtype=np.bool_)
+    return offsets, data, valid
+
+
 def ascii_rows(offsets: NDArray[Any], data: NDArray[np.uint8], valid: NDArray[np.bool_]) -> NDArray[np.bool_]:
     """Per value of a binary column (Arrow's layout), whether it is null or ASCII: text that
     every reader decodes alike (e.g. a Kafka key that the fast path passes on as a string).

@@ -52,7 +52,7 @@ import pyarrow.compute as pc
 from routing.matching import BruteForceIndex, EventBatch, Matches, MatchIndex
 from routing.subscriptions import Delta, IndexReplica
 from schemas.codec import codec_for
-from schemas.columnar import decode_events, gather_spans
+from schemas.columnar import binary_buffers, decode_events, gather_spans
 from schemas.fastenc import zigzag
 from schemas.rules import VALUE_KINDS, checked
 from schemas.segments import Segments, assemble, const, entry_runs, len_prefixed, slotted, table, varints
@@ -190,15 +190,6 @@ def event_batch(maps: Mapping[str, pa.Array], n: int) -> EventBatch:
     return EventBatch.from_columns(n, attribute_columns((map_entries(maps[k]) for k in VALUE_KINDS if k in maps), n))
 
 
-def _string_segments(arr: pa.Array) -> Segments:
-    """The bytes of each value of an Arrow (large) string or binary array, without a copy."""
-    _, off_buf, data_buf = arr.buffers()
-    dtype = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
-    off = np.frombuffer(off_buf, dtype)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    return Segments(data, off[:-1], np.diff(off))
-
-
 _ID_TABLE: list[Any] = [None, None, None]  # (the ids in rank order it was made for, their Avro strings, slotted)
 
 
@@ -262,13 +253,8 @@ def decode_rows(values: pa.Array) -> DecodedEvents:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     n = len(values)
-    segs = _string_segments(values)
-    assert not isinstance(segs.starts, int) and not isinstance(segs.lens, int)
-    offsets = np.empty(n + 1, np.int64)
-    offsets[:n] = segs.starts
-    offsets[n] = int(segs.starts[-1] + segs.lens[-1]) if n else 0
-    valid = values.is_valid().to_numpy(zero_copy_only=False)
-    fast = decode_events(offsets, segs.data, valid)
+    offsets, data, valid = binary_buffers(values)
+    fast = decode_events(offsets, data, valid)
     good = fast.accepted.copy()
     codes: list[str | None] = [None] * n
     reasons: list[str | None] = [None] * n
@@ -277,7 +263,6 @@ def decode_rows(values: pa.Array) -> DecodedEvents:
     eid_len, pid_len = np.where(good, eid_len, 0), np.where(good, pid_len, 0)
     published = np.where(good, fast.longs("published_at"), 0)
     entries: list[Entries] = [fast.attributes(kind) for kind in VALUE_KINDS]
-    data = segs.data
     referred = np.flatnonzero(~good).tolist()
     if referred:
         raw = values.take(pa.array(referred, pa.int64())).to_pylist()

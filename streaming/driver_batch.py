@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from schemas.columnar import FlatColumns, FlatDecoder, ascii_rows, supports
+from schemas.columnar import FlatColumns, FlatDecoder, ascii_rows, binary_buffers, supports
 from schemas.topics import DEADLETTER_TOPIC, TOPICS
 
 if TYPE_CHECKING:
@@ -157,8 +157,8 @@ class TopicReader:
         if self.flat is None:
             return self.decoded(raw)
         value, key = raw.column("value").combine_chunks(), raw.column("key").combine_chunks()
-        out = self.flat.decode(*_binary_buffers(value))
-        accepted = out.accepted & ascii_rows(*_binary_buffers(key))
+        out = self.flat.decode(*binary_buffers(value))
+        accepted = out.accepted & ascii_rows(*binary_buffers(key))
         idx = np.flatnonzero(accepted)
         referred = np.flatnonzero(~accepted)
         fast = self._fast_table(raw, out, idx, key, value)
@@ -276,25 +276,6 @@ def link_samples(table: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 def _release(df: DataFrame) -> None:
     """Drop the blocks of a local checkpoint now rather than when the JVM collects its RDD."""
     df._jdf.queryExecution().analyzed().rdd().unpersist(False)
-
-
-def _binary_buffers(array: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An Arrow binary array's offsets, bytes and validity as numpy (no copy of the bytes)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n = len(array)
-    bufs = array.buffers()
-    wide = pa.types.is_large_binary(array.type)
-    if n == 0 or bufs[1] is None:
-        offsets = np.zeros(n + 1, dtype=np.int64)
-    else:
-        offsets = np.frombuffer(
-            bufs[1], dtype=np.int64 if wide else np.int32, count=n + 1, offset=(8 if wide else 4) * array.offset
-        )
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, dtype=np.uint8)
-    valid = np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False), dtype=np.bool_)
-    return offsets, data, valid
 
 
 def _flat_column(out: FlatColumns, name: str, idx: np.ndarray, kind: Any) -> Any:
