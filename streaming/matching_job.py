@@ -25,8 +25,8 @@ both topics, recorded by Spark in its offset log before ``B`` runs. ``foreachBat
    every value it is sure of, the reference decoder and rules of ``schemas`` for the others, so
    bad events get the validation job's verdict and reason), build ``EventBatch`` columns with
    numpy and call ``index.match`` once per Arrow batch. Decoding in the JVM instead (Avro to
-   typed maps, the rules as Spark expressions, the maps to Arrow) took ~60% of the job's CPU on
-   Gryphon events (session 11 profile: 1 JVM core of ~1.8 busy at 27k events/s). The Python
+   typed maps, the rules as Spark expressions, the maps to Arrow) held ~70% of the JVM's profile
+   samples on Gryphon events, with the JVM at ~1 of the ~1.85 busy cores (27k events/s). The Python
    worker also writes each valid event's whole ``Match`` record (Avro single-object encoding,
    ``arrow_matching.match_values``: the ids' Avro strings are kept per index version and laid out
    for the whole Arrow batch by one compiled gather), and a final projection in the JVM routes
