@@ -10,7 +10,12 @@ subscriptions (default 100,000):
    restarts on the same checkpoint (so the table is restored from its snapshot and every worker
    rebuilds its index from the broadcast) and drains the backlog available-now with
    ``--per-batch`` records per micro-batch. "Sustained" is events over batch time in the second
-   half of the batches (the first ones pay for start-up), as in ``bench/ingest.py``.
+   half of the batches (the first ones pay for start-up), as in ``bench/ingest.py``. The default
+   backlog (``DEFAULT_BACKLOG``) is about a minute and a half of work: the Spark JVM's JIT
+   compilers keep compiling Spark's per-batch code (planning, scheduling, the sinks) for a minute
+   or more after a start, on the same two cores (a quarter to a third of a core at 0.88), so a
+   backlog of a few seconds measures the warm-up, not the job. The report also prints the rate in
+   each third of the run after the first batch (the restart), which shows the warm-up.
 3. **Ceiling.** Pre-encoded ``Match`` records of the throughput run's average size go to the
    broker from librdkafka in a tight loop (lz4, as the job writes): what this machine can take in
    at all, with no matching and no Spark; the job cannot write faster.
@@ -21,7 +26,8 @@ subscriptions (default 100,000):
    before the clock starts and encoded columnar as sent, so that the producer takes little of
    the 2 cores the job runs on); a consumer process reads every
    ``Match`` record and takes its Kafka timestamp (set when Spark's producer sent it) minus the
-   event's ``published_at``. p50 and p99 are over events published after ``--warmup`` s.
+   event's ``published_at``. p50 and p99 are over events published after ``--warmup`` s (the
+   steady state); the same for the events published before that (start-up) is printed too.
 5. **Oracle.** ``BruteForceIndex`` over the same subscriptions is timed on a few events and its
    answers compared with the job's ``Match`` records for those events.
 
@@ -30,7 +36,7 @@ Output volume matters: every valid event gets one ``Match`` record naming every 
 the estimated bytes/s the job writes.
 
 Run: ``.venv/bin/python bench/matching_e2e.py [--subscriptions 100000] [--decays 0.78,0.88]
-[--events 200000] [--rate 10000] [--seconds 30] [--quick]``.
+[--events N] [--per-batch 100000] [--rate 10000] [--seconds 90] [--warmup 30] [--quick]``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import statistics
@@ -63,6 +70,35 @@ from producers.workloads import GryphonWorkload
 from schemas.codec import codec_for
 
 BROKERS, SUBS_PER_CLIENT = 80, 5
+# Backlog of the throughput run per decay when --events is not given: about 90 s of draining
+# (0.88: ~45k events/s with ~220 ids per event; 0.78: ~6k events/s with ~2,200).
+DEFAULT_BACKLOG = {0.78: 500_000, 0.88: 3_000_000}
+
+
+def default_backlog(decay: float) -> int:
+    """``DEFAULT_BACKLOG`` for the nearest listed decay at or below ``decay``, 500,000 below all.
+
+    >>> default_backlog(0.88), default_backlog(0.9), default_backlog(0.8), default_backlog(0.5)
+    (3000000, 3000000, 500000, 500000)
+    """
+    below = [d for d in DEFAULT_BACKLOG if d <= decay]
+    return DEFAULT_BACKLOG[max(below)] if below else 500_000
+
+
+def thirds(batches: list[tuple[int, float]]) -> list[float]:
+    """Events/s (events over batch time) in each third of ``(events, ms)`` batches, in order.
+
+    >>> thirds([(100, 1000), (100, 500), (100, 250)])
+    [100.0, 200.0, 400.0]
+    """
+    n = len(batches)
+    cuts = [0, n // 3, 2 * n // 3, n]
+    out = []
+    for a, b in itertools.pairwise(cuts):
+        part = batches[a:b]
+        ms = sum(m for _, m in part)
+        out.append(sum(e for e, _ in part) / (ms / 1000) if ms else float("nan"))
+    return out
 
 
 def workload(subscriptions: int, decay: float, seed: int = 0) -> GryphonWorkload:
@@ -246,13 +282,14 @@ def bench_throughput(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args
 
     prefix = new_topics(conn)
     out: dict[str, Any] = {"subs_produce_s": load_subscriptions(conn, prefix, w)}
-    ckpt = Path(tempfile.mkdtemp(prefix="bench-matching-"))
+    ckpt = Path(tempfile.mkdtemp(prefix="throughput-", dir=args.workdir))
     cfg = MatchingConfig(conn=conn, checkpoint=ckpt, topic_prefix=prefix, available_now=True)
     start = time.monotonic()
     first = run(spark, cfg, quiet=True)
     out["subs_load_s"] = time.monotonic() - start
     out["subs_load_batches"] = [(b.subscription_records, round(b.duration_ms)) for b in first]
-    out["backlog_produce_s"], out["backlog_bytes"] = produce_backlog(conn, prefix, w, args.events)
+    backlog = args.events if args.events is not None else default_backlog(w.params["decay"])
+    out["backlog_produce_s"], out["backlog_bytes"] = produce_backlog(conn, prefix, w, backlog)
     cfg = MatchingConfig(
         conn=conn, checkpoint=ckpt, topic_prefix=prefix, available_now=True, max_offsets_per_trigger=args.per_batch
     )
@@ -273,6 +310,7 @@ def bench_throughput(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args
             "sustained_per_s": sum(b.events for b in steady) / (steady_ms / 1000) if steady_ms else float("nan"),
             "sustained_matches_per_s": sum(b.matches for b in steady) / (steady_ms / 1000) if steady_ms else 0.0,
             "median_batch_ms": statistics.median(b.duration_ms for b in batches) if batches else 0.0,
+            "thirds_per_s": thirds([(b.events, b.duration_ms) for b in batches[1:]]),
             "batch_rows_ms": [(b.events, round(b.duration_ms), round(b.write_ms)) for b in batches],
         }
     )
@@ -284,7 +322,8 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
 
     prefix = new_topics(conn)
     load_subscriptions(conn, prefix, w)
-    cfg = MatchingConfig(conn=conn, checkpoint=Path(tempfile.mkdtemp(prefix="bench-latency-")), topic_prefix=prefix)
+    ckpt = Path(tempfile.mkdtemp(prefix="latency-", dir=args.workdir))
+    cfg = MatchingConfig(conn=conn, checkpoint=ckpt, topic_prefix=prefix)
     query, handler = build_query(spark, cfg, quiet=not args.verbose)
     try:
         deadline = time.monotonic() + 900
@@ -330,7 +369,9 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
     finally:
         query.stop()
     start_ms = min(p for p, _ in got["published_latency"]) if got["published_latency"] else 0
-    lat = np.array([lat for p, lat in got["published_latency"] if p >= start_ms + args.warmup * 1000], dtype=float)
+    cut = start_ms + args.warmup * 1000
+    lat = np.array([lat for p, lat in got["published_latency"] if p >= cut], dtype=float)
+    early = np.array([lat for p, lat in got["published_latency"] if p < cut], dtype=float)
     batches = [b for b in handler.history[warmup_batches:] if b.events]
     return {
         "sent": sent["sent"],
@@ -342,6 +383,9 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
         "p99_ms": float(np.percentile(lat, 99)) if len(lat) else float("nan"),
         "max_ms": float(lat.max()) if len(lat) else float("nan"),
         "measured": len(lat),
+        "startup_p50_ms": float(np.percentile(early, 50)) if len(early) else float("nan"),
+        "startup_p99_ms": float(np.percentile(early, 99)) if len(early) else float("nan"),
+        "startup_events": len(early),
         "median_batch_ms": statistics.median(b.duration_ms for b in batches) if batches else 0.0,
         "median_batch_events": statistics.median(b.events for b in batches) if batches else 0,
         "samples": sent["samples"],
@@ -410,11 +454,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subscriptions", type=int, default=100_000)
     ap.add_argument("--decays", default="0.78,0.88", help="Gryphon decays to run (default: %(default)s)")
-    ap.add_argument("--events", type=int, default=200_000, help="backlog for the throughput run")
-    ap.add_argument("--per-batch", type=int, default=50_000, help="maxOffsetsPerTrigger of the throughput run")
+    ap.add_argument(
+        "--events", type=int, help="backlog of the throughput run (default: DEFAULT_BACKLOG, ~90 s of draining)"
+    )
+    ap.add_argument("--per-batch", type=int, default=100_000, help="maxOffsetsPerTrigger of the throughput run")
     ap.add_argument("--rate", type=float, default=10_000, help="offered load of the latency run, events/s")
-    ap.add_argument("--seconds", type=float, default=30, help="length of the latency run")
-    ap.add_argument("--warmup", type=float, default=5, help="latency run: seconds left out of the percentiles")
+    ap.add_argument("--seconds", type=float, default=90, help="length of the latency run")
+    ap.add_argument(
+        "--warmup", type=float, default=30, help="latency run: seconds reported apart as start-up (JIT warm-up)"
+    )
     ap.add_argument("--oracle-events", type=int, default=5, help="events timed and checked with the oracle")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip: throughput, ceiling, latency, oracle")
     ap.add_argument("--quick", action="store_true", help="small sizes: 5k subscriptions, 20k events, 10 s")
@@ -423,14 +471,16 @@ def main() -> int:
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
     if args.quick:
-        args.subscriptions, args.events, args.seconds, args.per_batch = 5_000, 20_000, 10, 10_000
+        args.subscriptions, args.events, args.seconds, args.warmup, args.per_batch = 5_000, 20_000, 10, 3, 10_000
     skip = set(filter(None, args.skip.split(",")))
 
     from streaming.session import SparkConfig, build_session
 
     jars = ensure_jars()
     results: dict[str, Any] = {}
-    with kafka.broker_or(args.bootstrap_servers, jars, heap="1g") as conn:
+    work = tempfile.TemporaryDirectory(prefix="bench-matching-")  # the jobs' checkpoints
+    args.workdir = work.name
+    with work, kafka.broker_or(args.bootstrap_servers, jars, heap="1g") as conn:
         spark = build_session(SparkConfig(app_name="bench-matching"), jars)
         for decay in (float(d) for d in args.decays.split(",")):
             w = workload(args.subscriptions, decay)
@@ -460,6 +510,10 @@ def main() -> int:
                     f"half of {t['batches']} batches; overall incl. restart {t['overall_per_s']:,.0f} events/s "
                     f"({t['wall_s']:.1f} s); {ids_per_event:,.0f} ids per event"
                 )
+                print(
+                    "  events/s in each third of the run after the restart batch (JIT warm-up): "
+                    + ", ".join(f"{r:,.0f}" for r in t["thirds_per_s"])
+                )
                 print(f"  batches (events, ms, write ms): {t['batch_rows_ms']}", flush=True)
                 if "ceiling" not in skip:
                     c = kafka_ceiling(conn, w, ids_per_event)
@@ -477,7 +531,9 @@ def main() -> int:
                     f"  latency at {args.rate:,.0f} events/s offered for {args.seconds:g} s "
                     f"(published_at -> Match record's Kafka timestamp, after {args.warmup:g} s warm-up): "
                     f"p50 {lat['p50_ms']:,.0f} ms, p99 {lat['p99_ms']:,.0f} ms, max {lat['max_ms']:,.0f} ms over "
-                    f"{lat['measured']:,} events; {lat['received_events']:,} of {lat['sent']:,} events matched; "
+                    f"{lat['measured']:,} events (start-up, the first {args.warmup:g} s: p50 "
+                    f"{lat['startup_p50_ms']:,.0f} ms, p99 {lat['startup_p99_ms']:,.0f} ms over "
+                    f"{lat['startup_events']:,} events); {lat['received_events']:,} of {lat['sent']:,} events matched; "
                     f"{lat['bytes'] / max(lat['producer_s'], 1e-9) / 1e6:,.1f} MB/s of Match records; median batch "
                     f"{lat['median_batch_events']:,.0f} events in {lat['median_batch_ms']:,.0f} ms",
                     flush=True,

@@ -618,12 +618,16 @@ def ranked_members(fid_offsets, fids, m_start, m_rank, n_ranks, offsets, out):  
     (``slot_offsets`` counts them), read from the runs of its fids; ``m_rank[q]`` is the rank of
     packed member ``q`` (read in order, where the rank of ``m_packed[q]`` would be a random read).
 
-    An event with many subscriptions sets their ranks in a bitmap over all ranks and reads it back
-    in order (no comparison sort: ~1 ns per subscription and per 64 ranks); one with few sorts them.
+    An event with many subscriptions sets their ranks in a bitmap over all ranks, and each word it
+    touches in a summary bitmap (a bit per word), then reads back the touched words in order: no
+    comparison sort, and no scan over the words in between (at 0.2% of 100k subscriptions nearly
+    every touched word holds one rank). One with few sorts them.
     """
     n = fid_offsets.shape[0] - 1
     words = (n_ranks + 63) // 64
     bitmap = np.zeros(max(1, words), dtype=np.uint64)
+    summary = np.zeros(max(1, (words + 63) // 64), dtype=np.uint64)
+    one, six, low = np.uint64(1), np.uint64(6), np.uint64(63)
     for e in range(n):
         a = offsets[e]
         count = offsets[e + 1] - a
@@ -639,26 +643,31 @@ def ranked_members(fid_offsets, fids, m_start, m_rank, n_ranks, offsets, out):  
             if count > 1:
                 out[a : a + count] = np.sort(out[a : a + count])
             continue
-        lo = words
-        hi = 0
+        lo = np.uint64(summary.shape[0])
+        hi = np.uint64(0)
         for i in range(fid_offsets[e], fid_offsets[e + 1]):
             f = fids[i]
             for q in range(m_start[f], m_start[f + 1]):
-                r = m_rank[q]
-                w = r >> 6
-                bitmap[w] |= np.uint64(1) << np.uint64(r & 63)
-                lo = min(lo, w)
-                hi = max(hi, w)
+                r = np.uint64(m_rank[q])  # unsigned: no negative-index checks on the bitmaps
+                w = r >> six
+                bitmap[w] |= one << (r & low)
+                sw = w >> six
+                summary[sw] |= one << (w & low)
+                lo = min(lo, sw)
+                hi = max(hi, sw)
         p = a
-        for w in range(lo, hi + 1):
-            x = bitmap[w]
-            if x == 0:
-                continue
-            bitmap[w] = 0
-            while x != 0:
-                out[p] = w * 64 + trailing_zeros(x)
-                p += 1
-                x &= x - np.uint64(1)
+        for u in range(lo, hi + one):
+            y = summary[u]
+            summary[u] = 0
+            while y != 0:
+                v = (u << six) + trailing_zeros(y)
+                y &= y - one
+                x = bitmap[v]
+                bitmap[v] = 0
+                while x != 0:
+                    out[p] = (v << six) + trailing_zeros(x)
+                    p += 1
+                    x &= x - one
 
 
 @njit(cache=True)

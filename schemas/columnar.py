@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 
 from schemas.codec import HEADER_LEN, codec_for
 from schemas.rules import EXACTLY_ONE, VALUE_KINDS, Rule, rules_for
+from schemas.segments import copy_bytes
 
 T_STRING, T_LONG, T_INT, T_DOUBLE, T_BOOLEAN = 0, 1, 2, 3, 4
 _TYPES = {"string": T_STRING, "long": T_LONG, "int": T_INT, "double": T_DOUBLE, "boolean": T_BOOLEAN}
@@ -242,10 +243,8 @@ def _gather(
     out = np.empty(total, dtype=np.uint8)
     p = 0
     for j in range(m):
-        s = starts[j]
-        for k in range(lengths[j]):
-            out[p] = data[s + k]
-            p += 1
+        copy_bytes(out, p, data, starts[j], lengths[j])
+        p += lengths[j]
     return out_offsets, out
 
 

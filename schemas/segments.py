@@ -57,6 +57,19 @@ def table(entries: Sequence[bytes], codes: np.ndarray) -> Segments:
 _SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)  # ten 7-bit groups cover 64 bits
 
 
+@njit(inline="always")
+def copy_bytes(out: np.ndarray, p: int, src: np.ndarray, s: int, m: int) -> None:
+    """``out[p : p + m] = src[s : s + m]`` in compiled code, for ``p, s, m >= 0``.
+
+    The indices are unsigned: with signed ones numba checks every index for a negative value (to
+    wrap it around), which keeps LLVM from vectorizing the loop; unsigned, copying a 1.5 kB record
+    is ~15x faster (0.1 against 1.5 us on this machine).
+    """
+    pu, su = np.uint64(p), np.uint64(s)
+    for b in range(np.uint64(m)):
+        out[pu + b] = src[su + b]
+
+
 def varints(values: np.ndarray | int) -> Segments:
     """Avro's zig-zag varint of each value (``long`` and ``int``; lengths and counts too)."""
     if isinstance(values, int):
@@ -144,8 +157,7 @@ def _gather(
                 else:
                     s, m = starts[v, i], lens[v, i]
                 p = pos[i - b0]
-                for b in range(m):
-                    out[p + b] = source[s + b]
+                copy_bytes(out, p, source, s, m)
                 pos[i - b0] = p + m
 
 
@@ -172,8 +184,7 @@ def slotted(entries: Segments) -> np.ndarray | None:
 def _fill_slots(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, slots: np.ndarray) -> None:
     last = slots.shape[1] - 1
     for c in range(lens.shape[0]):
-        for b in range(lens[c]):
-            slots[c, b] = data[starts[c] + b]
+        copy_bytes(slots[c], 0, data, starts[c], lens[c])
         slots[c, last] = lens[c]
 
 
@@ -232,9 +243,7 @@ def _copy_runs(
         p = row_starts[i]
         for j in range(code_offsets[i], code_offsets[i + 1]):
             c = codes[j]
-            s = starts[c]
-            for b in range(entry_lens[c]):
-                out[p + b] = data[s + b]
+            copy_bytes(out, p, data, starts[c], entry_lens[c])
             p += entry_lens[c]
 
 
@@ -254,10 +263,8 @@ def _copy_slotted(
         row_starts[i] = p
         for j in range(code_offsets[i], code_offsets[i + 1]):
             c = codes[j]
-            m = slots[c, last]
-            for b in range(m):
-                out[p + b] = slots[c, b]
-            p += m
+            copy_bytes(out, p, slots[c], 0, last)  # the whole slot: a fixed-length copy, no branch on m
+            p += slots[c, last]
         lens[i] = p - row_starts[i]
     return p
 

@@ -768,6 +768,30 @@ def test_batches_with_very_many_matches() -> None:
     check_matches(index.match(object_columns(events[:7])), expected[:7])
 
 
+def test_ranks_spread_over_a_large_index() -> None:
+    """``sorted_ranks`` orders each event's ids through a bitmap over all ranks and a summary
+    bitmap over its words when an event has many ids: here 20,000 subscriptions (313 words, 5
+    summary words), events whose ids lie in every summary word, few or many per word, next to
+    events with too few ids for the bitmap (sorted instead), in one batch and batch after batch."""
+    model: dict[str, Filter] = {}
+    for i in range(20_000):
+        model[f"s{i:05d}"] = parse_filter(f"x = {i % 1000}" if i % 7 else f"y = {i % 3}")
+    index = build(model)
+    events: list[dict[str, object]] = [
+        {"x": 5},  # 17 ids, one every 1,000 ranks: the sort path
+        {"x": 5, "y": 0},  # ~970 ids over every summary word
+        {"y": 2},
+        {"x": 999, "y": 1},  # up to the last rank
+        {"x": 0, "y": 0},  # from the first rank
+        {},
+    ]
+    expected = model_ids(model, events)
+    assert len(expected[1]) > 900 and expected[4][0] == "s00000" and expected[3][-1] == "s19999"
+    for _ in range(2):  # the bitmaps must be left clear for the next batch
+        check_matches(index.match(events), expected)
+        check_matches(index.match(events[::-1]), expected[::-1])
+
+
 # --------------------------------------------------------------------------------------------
 # 3. Edges
 # --------------------------------------------------------------------------------------------
