@@ -243,3 +243,40 @@ def checked(
         return exc.code, exc.reason, None
     problems = validate(schema, record)
     return ("invalid_value", "; ".join(problems), record) if problems else (None, None, record)
+
+
+def dead_letter(
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_us: int | None,
+    error_code: str,
+    reason: str,
+    key: bytes | None,
+    value: bytes | None,
+) -> tuple[bytes, bytes]:
+    """The dead-letter topic's Kafka key and value (single-object Avro ``DeadLetter``) for a bad
+    record at ``topic``/``partition``/``offset``, byte for byte as the JVM jobs write it
+    (``streaming.decode.dead_letter_columns``): ``source_timestamp`` is the Kafka timestamp in
+    microseconds divided by 1,000 as a double and truncated, as Spark casts it.
+
+    >>> from schemas.codec import decode
+    >>> key, value = dead_letter("t", 1, 7, 1_500_999, "bad_framing", "too short", b"k", None)
+    >>> key, decode(value, "DeadLetter")[1]["source_timestamp"]
+    (b't/1/7', 1500)
+    """
+    from schemas.codec import codec_for
+
+    dl_id = f"{topic}/{partition}/{offset}"
+    record = {
+        "dead_letter_id": dl_id,
+        "source_topic": topic,
+        "source_partition": partition,
+        "source_offset": offset,
+        "source_timestamp": None if timestamp_us is None else int(timestamp_us / 1000),
+        "error_code": error_code,
+        "reason": reason,
+        "key": key,
+        "value": value,
+    }
+    return dl_id.encode(), codec_for("DeadLetter").encode(record)

@@ -27,12 +27,12 @@ both topics, recorded by Spark in its offset log before ``B`` runs. ``foreachBat
    numpy and call ``index.match`` once per Arrow batch. Decoding in the JVM instead (Avro to
    typed maps, the rules as Spark expressions, the maps to Arrow) held ~70% of the JVM's profile
    samples on Gryphon events, with the JVM at ~1 of the ~1.85 busy cores (27k events/s). The Python
-   worker also writes each valid event's whole ``Match`` record (Avro single-object encoding,
+   workers also return the finished Kafka rows (topic, key, value) that Spark's Kafka sink
+   writes as they are: each valid event's whole ``Match`` record (Avro single-object encoding,
    ``arrow_matching.match_values``: the ids' Avro strings are kept per index version and laid out
-   for the whole Arrow batch by one compiled gather), and a final projection in the JVM routes
-   every row either as that ``Match`` (keyed by ``event_id``) or as a ``DeadLetter`` (keyed
-   ``topic/partition/offset``, exactly as the validation job writes it). Rejected subscriptions
-   are added to the same write. One Kafka write
+   for the whole Arrow batch by one compiled gather) keyed by ``event_id``, and each bad event's
+   ``DeadLetter`` keyed ``topic/partition/offset``, exactly as the validation job writes it
+   (``schemas.rules.dead_letter``). Rejected subscriptions are added to the same write. One Kafka write
    per micro-batch; every valid event gets a ``Match`` record, with an empty ``subscription_ids``
    when nothing matched (as SPEC.md section 3). Earlier versions built an Arrow ``list<string>``
    of the ids (a Python string per id, ~0.16 us each, after a sort of the whole batch) for the
@@ -82,14 +82,13 @@ from streaming.session import await_query, kafka_stream, start_batches
 from streaming.subscription_store import TableStore
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 EVENTS = TOPICS["siftstream.events.v1"]
 SUBSCRIPTIONS = TOPICS["siftstream.subscriptions.v1"]
 MATCHES = TOPICS["siftstream.matches.v1"]
 EARLIEST = -2  # Spark's Kafka offsets JSON: -2 is the earliest offset
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
 @dataclass(frozen=True)
@@ -168,29 +167,9 @@ def event_rows(source: DataFrame, events_topic: str) -> DataFrame:
     """The Kafka columns of the events topic's rows that ``arrow_matching.match_batches`` reads."""
     from pyspark.sql import functions as F
 
-    return source.where(F.col("topic") == events_topic).select(*KAFKA_COLUMNS)
+    from streaming.arrow_matching import INPUT_COLUMNS
 
-
-def output_columns(matches_topic: str, deadletter_topic: str) -> list[Column]:
-    """The projection of ``output_records`` (built once per query: making Spark columns from Python
-    costs hundreds of py4j calls, ~1 s a micro-batch on this machine when rebuilt every batch)."""
-    from pyspark.sql import functions as F
-
-    from streaming.decode import dead_letter_columns
-
-    ok = F.col("error_code").isNull()
-    dl_key, dl_value = dead_letter_columns()
-    return [
-        F.when(ok, F.lit(matches_topic)).otherwise(F.lit(deadletter_topic)).alias("topic"),
-        F.when(ok, F.col("event_id").cast("binary")).otherwise(dl_key).alias("key"),
-        F.when(ok, F.col("match_value")).otherwise(dl_value).alias("value"),
-    ]
-
-
-def output_records(matched: DataFrame, matches_topic: str, deadletter_topic: str) -> DataFrame:
-    """Rows of ``match_batches`` -> Kafka ``topic``/``key``/``value``: a ``Match`` keyed by event id for
-    every valid event, a ``DeadLetter`` keyed ``topic/partition/offset`` for every rejected one."""
-    return matched.select(*output_columns(matches_topic, deadletter_topic))
+    return source.where(F.col("topic") == events_topic).select(*INPUT_COLUMNS)
 
 
 def subscription_columns(decoded: DataFrame) -> DataFrame:
@@ -240,22 +219,20 @@ def subscription_dead_letters(
     spark: SparkSession, rejected: list[tuple[Any, tuple[str, str]]], deadletter_topic: str
 ) -> DataFrame:
     """Kafka ``topic``/``key``/``value`` rows for rejected subscription records: ``(collected
-    subscription_columns row, (error_code, reason))`` pairs, encoded as the validation job does."""
-    from pyspark.sql import functions as F
-
-    from streaming.decode import dead_letter_columns
+    subscription_columns row, (error_code, reason))`` pairs, encoded as the validation job does
+    (``schemas.rules.dead_letter``)."""
+    from schemas.rules import dead_letter
 
     rows = [
-        (r["topic"], r["partition"], r["offset"], r["ts_ms"], r["key"], r["value"], code, reason)
+        (
+            deadletter_topic,
+            *dead_letter(
+                r["topic"], r["partition"], r["offset"], r["ts_ms"] * 1000, code, reason, r["key"], r["value"]
+            ),
+        )
         for r, (code, reason) in rejected
     ]
-    schema = (
-        "topic string, partition int, offset long, ts_ms long, key binary, value binary, "
-        "error_code string, reason string"
-    )
-    df = spark.createDataFrame(rows, schema).withColumn("timestamp", F.timestamp_millis("ts_ms"))
-    key, value = dead_letter_columns()
-    return df.select(F.lit(deadletter_topic).alias("topic"), key.alias("key"), value.alias("value"))
+    return spark.createDataFrame(rows, "topic string, key binary, value binary")
 
 
 # ---- Spark's offset log -----------------------------------------------------------------------
@@ -344,7 +321,6 @@ class MatchingBatch:
         self.last_snapshot = -1
         self.shipper = _Shipper(spark, uuid.uuid4().hex, cfg.index)
         self.history: list[BatchStats] = []
-        self._output: list[Column] | None = None
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -393,7 +369,7 @@ class MatchingBatch:
     # -- the batch ----------------------------------------------------------------------------
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from streaming.arrow_matching import OUTPUT_SCHEMA, match_batches
+        from streaming.arrow_matching import OUTPUT_SCHEMA, Targets, match_batches
 
         started = time.monotonic()
         stats = BatchStats(batch_id, started_at_ms=int(time.time() * 1000))
@@ -434,10 +410,8 @@ class MatchingBatch:
         # nested in a command. The Python workers count into an accumulator instead.)
         counters = self.spark.sparkContext.accumulator((0, 0, 0), _TripleSum())
         ship = dataclasses.replace(self.shipper.ship(self.table), counters=counters)
-        if self._output is None:
-            self._output = output_columns(self.cfg.matches_topic, self.cfg.deadletter_topic)
-        matched = batch.mapInArrow(functools.partial(match_batches, ship), OUTPUT_SCHEMA)
-        out = matched.select(*self._output)
+        targets = Targets(self.cfg.events_topic, self.cfg.matches_topic, self.cfg.deadletter_topic)
+        out = batch.mapInArrow(functools.partial(match_batches, ship, targets), OUTPUT_SCHEMA)
         if rejected:
             out = out.unionByName(subscription_dead_letters(self.spark, rejected, self.cfg.deadletter_topic))
         write_started = time.monotonic()

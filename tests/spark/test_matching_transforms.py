@@ -1,5 +1,5 @@
 """The matching job's DataFrame pieces on a local SparkSession, without Kafka: Kafka rows of events
-through ``event_rows`` -> ``mapInArrow(match_batches)`` -> ``output_records``, and the subscription rows
+through ``event_rows`` -> ``mapInArrow(match_batches)`` (the Kafka rows to write), and the subscription rows
 the driver plans from. Expected matches come from ``BruteForceIndex``; expected dead letters from
 ``streaming.decode.dead_letters``, the validation job's encoder."""
 
@@ -36,7 +36,7 @@ FILTERS = {
 
 
 def _frame(spark, topic: str, rows: list[tuple[bytes | None, bytes | None]]):  # type: ignore[no-untyped-def]
-    ts = datetime.datetime(2026, 1, 1, 12, 0, 0, 123000, tzinfo=datetime.UTC)
+    ts = datetime.datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=datetime.UTC)  # dead letters: ms, truncated
     data = [(k, v, topic, i % 2, i, ts) for i, (k, v) in enumerate(rows)]
     schema = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
     return spark.createDataFrame(data, schema)
@@ -64,15 +64,16 @@ def _ship(filters: dict[str, str]) -> Any:
 
 
 def test_every_event_becomes_a_match_or_the_validation_jobs_dead_letter(spark) -> None:  # type: ignore[no-untyped-def]
-    from streaming.arrow_matching import OUTPUT_SCHEMA, match_batches
+    from streaming.arrow_matching import OUTPUT_SCHEMA, Targets, match_batches
     from streaming.decode import dead_letters
     from streaming.decode import decode as spark_decode
-    from streaming.matching_job import event_rows, output_records
+    from streaming.matching_job import event_rows
 
     values = _events()
     frame = _frame(spark, "ev", values).unionByName(_frame(spark, "other", values[:3]))
-    matched = event_rows(frame, "ev").mapInArrow(functools.partial(match_batches, _ship(FILTERS)), OUTPUT_SCHEMA)
-    rows = output_records(matched, "matches", "dead").collect()
+    body = functools.partial(match_batches, _ship(FILTERS), Targets("ev", "matches", "dead"))
+    rows = event_rows(frame, "ev").mapInArrow(body, OUTPUT_SCHEMA).collect()
+    assert len(rows) == len(values)
 
     oracle = BruteForceIndex()
     for sid, text in FILTERS.items():

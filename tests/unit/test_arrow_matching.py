@@ -18,10 +18,10 @@ from producers.events import EventGenerator
 from producers.faults import FAULTS, corrupt
 from routing.matching import BruteForceIndex
 from routing.subscriptions import SubscriptionTable
-from schemas.codec import codec_for
+from schemas.codec import codec_for, decode
 from schemas.rules import classify
 from streaming import arrow_matching
-from streaming.arrow_matching import VALUE_KINDS, ShipState, event_batch, match_batches
+from streaming.arrow_matching import INPUT_COLUMNS, VALUE_KINDS, ShipState, Targets, event_batch, match_batches
 from tests.strategies import INDEX_IDS, index_filters, wire_events
 
 _MAP_TYPES = {
@@ -73,12 +73,33 @@ def _record_batch(rows: list[dict[str, Any] | None]) -> pa.RecordBatch:
     cols: dict[str, pa.Array] = {
         "key": pa.array([r["publisher_id"].encode() if r else b"k" for r in rows], type=pa.binary()),
         "value": pa.array([codec.encode(r) if r else b"\x00" for r in rows], type=pa.binary()),
-        "topic": pa.array(["events"] * n),
         "partition": pa.array([0] * n, type=pa.int32()),
         "offset": pa.array(range(n), type=pa.int64()),
         "timestamp": ts,
     }
-    return pa.RecordBatch.from_pydict(cols)
+    return pa.RecordBatch.from_pydict({name: cols[name] for name in INPUT_COLUMNS})
+
+
+TARGETS = Targets("events", "matches", "dead")
+
+
+def _written(out: list[pa.RecordBatch]) -> list[tuple[str, bytes, bytes]]:
+    """The Kafka rows ``match_batches`` returned: (topic, key, value)."""
+    assert all(rb.schema.names == ["topic", "key", "value"] for rb in out)
+    return [
+        row for rb in out for row in zip(*(rb.column(c).to_pylist() for c in ("topic", "key", "value")), strict=True)
+    ]
+
+
+def _expected_rows(
+    rows: list[dict[str, Any] | None], ids: list[list[str]], offsets: list[int]
+) -> list[tuple[str, bytes, bytes | None]]:
+    """A ``Match`` keyed by event id for each good row; for each bad one (None) a dead letter keyed
+    by its coordinates (its value is checked apart)."""
+    return [
+        ("matches", r["event_id"].encode(), _match_bytes(r, e)) if r else ("dead", f"events/0/{o}".encode(), None)
+        for r, e, o in zip(rows, ids, offsets, strict=True)
+    ]
 
 
 def _match_bytes(event: dict[str, Any], ids: list[str]) -> bytes:
@@ -107,15 +128,18 @@ def test_match_batches_answers_like_the_oracle_as_the_table_changes(
         if step == 1:
             table.apply(later.items())
         ship = ShipState("job", "match", base_version, base, table.deltas(after=base_version), table.version)
-        out = list(match_batches(ship, iter([_record_batch(rows[:5]), _record_batch(rows[5:])])))
-        got = [v for rb in out for v in rb.column("match_value").to_pylist()]
+        out = list(match_batches(ship, TARGETS, iter([_record_batch(rows[:5]), _record_batch(rows[5:])])))
         oracle = BruteForceIndex()
         for sid, text in table.filters.items():
             oracle.add(sid, text)
         expected = oracle.match([r["attributes"] if r else {} for r in rows]).all_ids()
-        assert got == [_match_bytes(r, e) if r else None for e, r in zip(expected, rows, strict=True)]
-        offsets = [c for rb in out for c in rb.column("offset").to_pylist()]
-        assert offsets == list(range(min(5, len(rows)))) + list(range(max(0, len(rows) - 5)))
+        offsets = list(range(min(5, len(rows)))) + list(range(max(0, len(rows) - 5)))
+        got = _written(out)
+        assert [(t, k, v if t == "matches" else None) for t, k, v in got] == _expected_rows(rows, expected, offsets)
+        for (t, _, v), o in zip(got, offsets, strict=True):
+            if t == "dead":
+                assert decode(v, "DeadLetter")[1]["error_code"] == "bad_framing"
+                assert decode(v, "DeadLetter")[1]["source_offset"] == o
     if rows:
         assert arrow_matching._REPLICAS["job"].rebuilds == 1
 
@@ -138,17 +162,18 @@ def test_match_values_of_sliced_batches_in_chunks(kind: str, monkeypatch: pytest
     ]  # fmt: skip
     batch = _record_batch([None, *rows, None]).slice(1, len(rows))
     monkeypatch.setattr(arrow_matching, "_MAX_CHUNK_BYTES", 40_000)
-    out = list(match_batches(ship, iter([batch])))
+    out = list(match_batches(ship, TARGETS, iter([batch])))
     assert len(out) > 2  # split
-    assert all(rb.column("match_value").nbytes < 45_000 for rb in out)
-    got = [v for rb in out for v in rb.column("match_value").to_pylist()]
+    assert all(rb.column("value").nbytes < 45_000 for rb in out)
     oracle = BruteForceIndex()
     for sid, text in filters.items():
         oracle.add(sid, text)
     expected = oracle.match([r["attributes"] if r else {} for r in rows]).all_ids()
-    assert got == [_match_bytes(r, e) if r else None for e, r in zip(expected, rows, strict=True)]
+    got = _written(out)
+    offsets = list(range(1, len(rows) + 1))
+    assert [(t, k, v if t == "matches" else None) for t, k, v in got] == _expected_rows(rows, expected, offsets)
     assert any(len(e) > 64 for e in expected) and any(not e for e, r in zip(expected, rows, strict=True) if r)
-    assert [o for rb in out for o in rb.column("offset").to_pylist()] == list(range(1, len(rows) + 1))
+    assert all(decode(v, "DeadLetter")[1]["value"] == b"\x00" for t, _, v in got if t == "dead")
 
 
 def test_kafka_values_get_the_validation_jobs_verdict_and_good_ones_their_fields() -> None:
