@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -282,7 +283,8 @@ def broker_or(
     bootstrap: str | None, jars: JarSets, home: Path | None = None, heap: str = "512m"
 ) -> Iterator[KafkaConnection]:
     """The cluster at ``bootstrap``, or, when it is None, a throwaway local broker on free ports
-    (under ``home`` or a temporary folder) that is stopped on exit, also after an error."""
+    (under ``home`` or a temporary folder) that is stopped on exit, also after an error. A
+    temporary folder is removed with its data (benchmarks write gigabytes)."""
     if bootstrap:
         yield KafkaConnection(bootstrap)
         return
@@ -298,3 +300,5 @@ def broker_or(
         yield KafkaConnection(cfg.bootstrap)
     finally:
         print(down(cfg), file=sys.stderr)
+        if home is None:
+            shutil.rmtree(cfg.home, ignore_errors=True)

@@ -131,3 +131,22 @@ def test_parallel_producer_workers_write_disjoint_events(kafka_conn: KafkaConnec
     consumer.close()
     ids = [i for i in ids if i]  # the empty_event_id fault
     assert len(ids) == len(set(ids)) >= result.good
+
+
+def test_a_throwaway_broker_removes_its_data(jars, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """``broker_or`` without a home starts a broker in a temporary folder and deletes the folder
+    with its data when it stops (benchmarks write gigabytes); a given home is kept."""
+    import tempfile
+
+    from infra import kafka
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with kafka.broker_or(None, jars) as conn:
+        ensure_topics(conn, "gone.")
+        (folder,) = tmp_path.glob("siftstream-kafka-*")
+        assert (folder / "data").is_dir()
+    assert not folder.exists()
+    home = tmp_path / "kept"
+    with kafka.broker_or(None, jars, home=home):
+        pass
+    assert (home / "data").is_dir()
