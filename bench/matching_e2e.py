@@ -510,10 +510,11 @@ def main() -> int:
                     f"half of {t['batches']} batches; overall incl. restart {t['overall_per_s']:,.0f} events/s "
                     f"({t['wall_s']:.1f} s); {ids_per_event:,.0f} ids per event"
                 )
-                print(
-                    "  events/s in each third of the run after the restart batch (JIT warm-up): "
-                    + ", ".join(f"{r:,.0f}" for r in t["thirds_per_s"])
-                )
+                if t["batches"] > 3:  # a third of the batches after the restart batch: one or more
+                    print(
+                        "  events/s in each third of the run after the restart batch (JIT warm-up): "
+                        + ", ".join(f"{r:,.0f}" for r in t["thirds_per_s"])
+                    )
                 print(f"  batches (events, ms, write ms): {t['batch_rows_ms']}", flush=True)
                 if "ceiling" not in skip:
                     c = kafka_ceiling(conn, w, ids_per_event)
