@@ -310,8 +310,8 @@ def decode_rows(values: pa.Array) -> DecodedEvents:
 
 def match_values(events: DecodedEvents, matches: Matches) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``Match`` record, single-object Avro: the bytes of all rows and the ``n + 1`` row
-    offsets into them (rows that are not good get bytes too, from empty fields: the caller masks
-    them)."""
+    offsets into them (rows that are not good get bytes too, from empty fields: ``output_batches``
+    puts their dead letters in their place)."""
     n = len(events.good)
     offsets, ranks, by_rank = matches.sorted_ranks()
     table_of_ids, slots = _id_strings(by_rank)
