@@ -62,7 +62,13 @@ components, popular with probability alpha = 0.2, interest p_pop = 0.6 / p_unp =
 - Fig. 9: the application networks of §4.3.2 over one 100-node transit-stub graph and one
   100-node flat graph (|P| = |S| = 10, |B| = 20, unit physical costs), |E_p| = |E_c| = 10, no
   policy constraints; mean cost of greedy, enhanced Φ_M, Φ_L, and Φ_R (mean and best of
-  ``--random-reps`` random orders per instance) over ``--instances`` draws.
+  ``--random-reps`` random orders per instance) over ``--instances`` draws. The paper ranks Φ_L
+  first on flat and Φ_M first on transit-stub; here Φ_M is first on both and Φ_L last. Density
+  does not explain it: on flat graphs of 100 nodes with pure-random edge probability 0.03, 0.05,
+  0.1 and 0.3 (139-1,502 edges; 2 graphs each, 60 instances, |P| = |S| = 10, |B| = 20) Φ_M stays
+  first and Φ_L costs 5-13% more. Φ_L (farthest subscriber first) is the opposite of the
+  nearest-first rule of the shortest-path Steiner heuristic, which Φ_M is for a primitive event
+  (Chen §5.4).
 - Fig. 10: the same networks, |E_c| varied; enhanced with Φ_L on flat and Φ_M on transit-stub
   (the paper's choice). The paper: cost grows sublinearly in |E_c|.
 - Fig. 11: the same physical graphs, |P| = |S| = |E_p| = |E_c| = 10, |B| varied (brokers
@@ -75,8 +81,8 @@ components, popular with probability alpha = 0.2, interest p_pop = 0.6 / p_unp =
   Targets: <= 100 ms, <= 5 s, <= 1 s.
 
 Run: ``.venv/bin/python bench/distribution.py [--quick] [--only fig8] [--plots bench/out]`` (about 10 minutes
-with the defaults on 2 cores, plus 2-4 minutes per fixed Fig. 8 graph: ``--fig8-graphs 0`` skips
-them; ``--quick`` takes a few minutes).
+with the defaults on one core of this 2-core machine, of which ~6 for Fig. 8 and its 12 fixed
+graphs: ``--fig8-graphs 0`` skips them; ``--quick`` takes about a minute).
 """
 
 from __future__ import annotations
