@@ -68,7 +68,11 @@ components, popular with probability alpha = 0.2, interest p_pop = 0.6 / p_unp =
   0.1 and 0.3 (139-1,502 edges; 2 graphs each, 60 instances, |P| = |S| = 10, |B| = 20) Φ_M stays
   first and Φ_L costs 5-13% more. Φ_L (farthest subscriber first) is the opposite of the
   nearest-first rule of the shortest-path Steiner heuristic, which Φ_M is for a primitive event
-  (Chen §5.4).
+  (Chen §5.4). Reading Φ_L's distance d(u, M_e) in hops instead of link cost (the longest path
+  in hops adds the most nodes to M_e, the paper's stated intuition) brings Φ_L level with Φ_M but
+  not ahead (100 instances on these networks: transit-stub Φ_M 50.54, Φ_L 51.57, Φ_L in hops
+  50.62; flat 23.40, 25.48, 23.40: on the flat overlay every node is one hop from the sources,
+  so the tie-break, the smaller receiving cost, decides as in Φ_M).
 - Fig. 10: the same networks, |E_c| varied; enhanced with Φ_L on flat and Φ_M on transit-stub
   (the paper's choice). The paper: cost grows sublinearly in |E_c|.
 - Fig. 11: the same physical graphs, |P| = |S| = |E_p| = |E_c| = 10, |B| varied (brokers
