@@ -77,7 +77,14 @@ components, popular with probability alpha = 0.2, interest p_pop = 0.6 / p_unp =
   (the paper's choice). The paper: cost grows sublinearly in |E_c|.
 - Fig. 11: the same physical graphs, |P| = |S| = |E_p| = |E_c| = 10, |B| varied (brokers
   nested: the overlay with more brokers keeps the ones before); the paper: cost falls as |B|
-  grows (|B| = 80 is the whole physical graph).
+  grows (|B| = 80 is the whole physical graph). Here the first 5 brokers change no instance's
+  cost on either network: Fig. 4's strict ``<`` keeps a direct logical link over a path of equal
+  cost through a broker, so the broker never becomes a point that later deliveries branch from.
+  Preferring the path with more hops on such ties (tried in session 13 and reverted: 17-40%
+  slower on the 1,000-node graph, where unit costs gain nothing from it) cuts the Fig. 9 costs by
+  0.5-11% but makes flat Fig. 11 level at 23.47-23.48 from |B| = 0; building logical links only
+  where no cheapest physical path meets another application node (the other reading of §4.2)
+  leaves it level too.
 - Speed: enhanced (Φ_M) per plan on the Fig. 9 networks (20 events); greedy and enhanced on a
   1,000-node transit-stub graph (2 transit domains x 5 transit nodes x 3 stubs x 33 nodes, unit
   costs, all nodes application nodes: 100 publishers, 100 subscribers, 800 brokers) with 200
