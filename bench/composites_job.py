@@ -38,7 +38,7 @@ from infra import kafka
 from infra.jars import ensure_jars
 from infra.topics import ensure_topics
 from producers.kafka_writer import KafkaWriter
-from routing.topology import element_record, tree
+from routing.planning.topology import element_record, tree
 from schemas.codec import codec_for
 from streaming.driver_batch import BatchStats
 
@@ -105,7 +105,7 @@ def main() -> int:
     if args.quick:
         args.events = 100_000
 
-    from routing.composite_monitor import MonitorConfig
+    from routing.monitors.composites import MonitorConfig
     from streaming.composites_job import CompositesConfig, run
     from streaming.session import SparkConfig, build_session
 

@@ -40,8 +40,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from producers.workloads import GryphonWorkload
-from routing.filters import Filter, Op, Predicate, parse_filter
-from routing.matching import BruteForceIndex, EventBatch, MatchIndex
+from routing.matching.index import BruteForceIndex, EventBatch, MatchIndex
+from routing.matching.language import Filter, Op, Predicate, parse_filter
 
 DOMAIN = 10**6
 

@@ -395,7 +395,7 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
 
 def bench_oracle(w: GryphonWorkload, samples: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict:
     """Time ``BruteForceIndex`` on the sampled events; check the job's Match records against it."""
-    from routing.matching import BruteForceIndex
+    from routing.matching.index import BruteForceIndex
 
     oracle = BruteForceIndex()
     start = time.monotonic()

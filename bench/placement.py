@@ -20,12 +20,12 @@ Workload (all from ``--seed``):
   ``lam / r`` for imbalance r in ``--imbalances`` (1, 10, 100); Poisson streams over
   ``--seconds`` (60). The overlay, trees, brokers and heavy leaves are the same for every r.
 
-For each imbalance and placement the events are replayed (``routing.placement_sim``): every
+For each imbalance and placement the events are replayed (``routing.composite.replay``): every
 leaf event crosses the links from its source to its operator's broker, every detection from
 its operator's broker to its parent's (the root's to the subscriber's). Detections come from
-``routing.detection.CompositeDetector``, fed in each placement's arrival order with a watermark
+``routing.composite.detection.CompositeDetector``, fed in each placement's arrival order with a watermark
 that lags by the largest path delay: they must not depend on the placement (checked: same
-detection ids, nothing late). Placements are planned with ``routing.placement.place`` from the
+detection ids, nothing late). Placements are planned with ``routing.composite.placement.place`` from the
 true rates and, marked ``~est``, from rates counted over the first ``--estimate-s`` (10) s.
 
 Columns: ``tx/s`` link transmissions per second (events and detections); ``vs JP`` its ratio
@@ -54,9 +54,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routing.composites import Leaf, parse_composite, to_placement_tree
-from routing.placement import PlacementInstance, place, traffic_cost
-from routing.placement_sim import (
+from routing.composite.placement import PlacementInstance, place, traffic_cost
+from routing.composite.replay import (
     Composite,
     Network,
     component_matches,
@@ -64,7 +63,8 @@ from routing.placement_sim import (
     detect_in_arrival_order,
     replay,
 )
-from routing.topology import DEFAULT_TS_COSTS, Topology, chen_transit_stub_100, transit_stub
+from routing.composite.trees import Leaf, parse_composite, to_placement_tree
+from routing.planning.topology import DEFAULT_TS_COSTS, Topology, chen_transit_stub_100, transit_stub
 
 SHAPES_2 = ({"op": "and", "children": ["L", "L"]},)
 SHAPES_3 = (

@@ -1,6 +1,6 @@
 """Accuracy of the reliability predictor against the overlay simulator (issue 5).
 
-For each scenario and seed, the simulator (routing.simulation, the ground truth of
+For each scenario and seed, the simulator (routing.reliability.simulation, the ground truth of
 ``siftstream qos simulate``) measures every subscriber's R_s, and ``qos predict`` predicts R'_s
 with the paper's M/M/1 method and with the G/G/1 model. Printed per scenario: mean and 95th
 percentile absolute error, mean signed error (bias), the G/G/1 error as a fraction of the M/M/1
@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routing import qos
-from routing.simulation import reliability_tree_system, simulate
+from routing.reliability import qos
+from routing.reliability.simulation import reliability_tree_system, simulate
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def main() -> int:
     predict_s: list[float] = []
     for sc in SCENARIOS:
         truth_all, mm_all, gg_all, lo_all, hi_all, se_all = [], [], [], [], [], []
-        for seed in range(11, 11 + args.seeds):  # seeds 1-2 calibrated _SOURCE_BLEND in routing/qos.py
+        for seed in range(11, 11 + args.seeds):  # seeds 1-2 calibrated _SOURCE_BLEND in routing/reliability/qos.py
             system = reliability_tree_system(seed, **sc.params)
             sim = simulate(system, args.seconds, seed + 100, matcher)
             t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Speed of ``qos predict`` at scale (the issue's target: 1,000 brokers and 100,000 subscribers
 in <= 5 s on one core), and on the paper's 20-broker tree.
 
-Workloads (``routing.simulation.reliability_tree_system``, printed with the numbers):
+Workloads (``routing.reliability.simulation.reliability_tree_system``, printed with the numbers):
 
 - **table3**: the paper's Table 3 tree, 20 brokers, 8 publishers x 40 content entries,
   100 subscribers (seed 1). The previous, hop-by-hop implementation (``predict_reference``) is
@@ -44,8 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routing import qos
-from routing.simulation import reliability_tree_system
+from routing.reliability import qos
+from routing.reliability.simulation import reliability_tree_system
 
 TARGET_S = 5.0
 

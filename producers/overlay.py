@@ -1,4 +1,4 @@
-"""The overlay simulator at the edge: runs ``routing.simulation`` with the real filter language and
+"""The overlay simulator at the edge: runs ``routing.reliability.simulation`` with the real filter language and
 turns its column tables into SiftStream records (events, link and broker telemetry, receipts)
 for Kafka or JSON Lines files, in simulated time or time-scaled real time."""
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from routing.filters import parse_filter
-from routing.simulation import SimulationResult, Telemetry, simulate
-from routing.topology import element_record
+from routing.matching.language import parse_filter
+from routing.planning.topology import element_record
+from routing.reliability.simulation import SimulationResult, Telemetry, simulate
 
 
 def filter_matcher() -> Any:

@@ -53,8 +53,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from routing.matching import BruteForceIndex, EventBatch, Matches, MatchIndex
-from routing.subscriptions import Delta, IndexReplica
+from routing.matching.index import BruteForceIndex, EventBatch, Matches, MatchIndex
+from routing.matching.table import Delta, IndexReplica
 from schemas.codec import codec_for
 from schemas.columnar import binary_buffers, decode_events, gather_spans
 from schemas.fastenc import zigzag

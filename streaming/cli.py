@@ -188,7 +188,7 @@ def _produce_preset(args: argparse.Namespace) -> int:
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
-    from routing.topology import generate, to_micpice_nodes_links
+    from routing.planning.topology import generate, to_micpice_nodes_links
 
     topo = generate(args.kind, **_pairs(args.param))  # generate converts text to each parameter's type
     if args.format == "json":
@@ -223,20 +223,20 @@ def _system(args: argparse.Namespace) -> dict[str, Any]:
     if args.system:
         loaded: dict[str, Any] = json.loads(Path(args.system).read_text())
         return loaded
-    from routing.simulation import reliability_tree_system
+    from routing.reliability.simulation import reliability_tree_system
 
     return reliability_tree_system(args.seed)
 
 
 def cmd_qos(args: argparse.Namespace) -> int:
     if args.action == "predict":
-        from routing import qos
+        from routing.reliability import qos
 
         prediction = qos.predict(_system(args), model=args.model, superposition=args.superposition)
         print(json.dumps(qos.to_spec_output(prediction), indent=2))
         return 0
     from producers.overlay import run
-    from routing.simulation import to_spec_output
+    from routing.reliability.simulation import to_spec_output
 
     result = run(_system(args), args.seconds, args.seed)
     print(json.dumps(to_spec_output(result), indent=2))
@@ -246,10 +246,10 @@ def cmd_qos(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Plan how events travel (``distribution``, SPEC.md section 5), where a composite is detected
     (``placement``, docs/placement.md), make a random distribution instance, check a plan."""
-    from routing import micpice
+    from routing.planning import distribution as micpice
 
     if args.action == "instance":
-        from routing.topology import generate
+        from routing.planning.topology import generate
 
         topo = generate(args.topology, seed=args.seed) if args.topology else None
         inst = micpice.chen_instance(
@@ -267,8 +267,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ValueError(f"plan {args.action} needs --instance FILE (SPEC.md section 5, or 6 for placement)")
     doc = json.loads(Path(args.instance).read_text())
     if args.action == "placement":
-        from routing.placement import METHODS as PLACEMENT_METHODS
-        from routing.placement import plan_placement
+        from routing.composite.placement import METHODS as PLACEMENT_METHODS
+        from routing.composite.placement import plan_placement
 
         method = args.method or "optimal"
         if method not in PLACEMENT_METHODS:
@@ -280,7 +280,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ValueError(f"plan distribution: --method must be one of {', '.join(micpice.METHODS)} (got {method})")
     inst = micpice.Instance.from_json(doc)
     if args.action == "check":
-        from routing.micpice_check import check_plan
+        from routing.planning.check import check_plan
 
         if not args.plan:
             raise ValueError("plan check needs --plan FILE (a SPEC.md section 5 plan)")
@@ -296,7 +296,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import time as _time
 
     from producers import overlay
-    from routing.simulation import to_spec_output
+    from routing.reliability.simulation import to_spec_output
     from schemas.codec import codec_for
 
     system = _system(args)
@@ -450,7 +450,7 @@ def _run_driver_job(args: argparse.Namespace, job: str, cfg: Any, run: Any, bann
 
 
 def cmd_routes_job(args: argparse.Namespace) -> int:
-    from routing.route_planner import PlannerConfig
+    from routing.monitors.routes import PlannerConfig
     from streaming.routes_job import RoutesConfig, run
 
     planner = PlannerConfig(
@@ -473,7 +473,7 @@ def cmd_routes_job(args: argparse.Namespace) -> int:
 
 
 def cmd_composites_job(args: argparse.Namespace) -> int:
-    from routing.composite_monitor import MonitorConfig
+    from routing.monitors.composites import MonitorConfig
     from streaming.composites_job import CompositesConfig, run
 
     monitor = MonitorConfig(

@@ -3,7 +3,7 @@
 One streaming query reads the compacted ``siftstream.topology.v1`` and
 ``siftstream.subscriptions.v1``, ``siftstream.events.v1`` and ``siftstream.telemetry.links.v1``.
 Each micro-batch (``streaming.driver_batch``: decode in the JVM, collect per topic as Arrow, dead
-letters, state per batch) feeds the driver's :class:`routing.composite_monitor.CompositeMonitor`:
+letters, state per batch) feeds the driver's :class:`routing.monitors.composites.CompositeMonitor`:
 
 1. topology and subscription changes first, in partition/offset order; a composite tree that
    does not parse goes to the dead-letter topic as ``invalid_composite`` with the parser's
@@ -19,9 +19,9 @@ letters, state per batch) feeds the driver's :class:`routing.composite_monitor.C
    by :func:`encode_detections`, byte for byte what the schema's codec writes); and at every
    check period the placement of each composite's detection is reconsidered, writing a
    ``Placement`` (keyed by subscription id) when it is first decided or moves (Li & Jacobsen §4,
-   with hysteresis: ``routing.composite_monitor``).
+   with hysteresis: ``routing.monitors.composites``).
 
-The selection and consumption policy and the state bound are ``routing.detection``'s.
+The selection and consumption policy and the state bound are ``routing.composite.detection``'s.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from infra.connection import KafkaConnection
-from routing.composite_monitor import CompositeMonitor, MonitorConfig
-from routing.detection import DetectionBlock, Detections
-from routing.subscriptions import SubscriptionRecord
+from routing.composite.detection import DetectionBlock, Detections
+from routing.matching.table import SubscriptionRecord
+from routing.monitors.composites import CompositeMonitor, MonitorConfig
 from schemas.codec import Codec, codec_for
 from schemas.fastenc import zigzag
 from schemas.topics import TOPICS
@@ -74,7 +74,7 @@ class CompositesConfig:
     checkpoint : Path
         Local folder: Spark's checkpoint (``query/``) and the monitor's state (``monitor/``).
     monitor : MonitorConfig
-        Detector bound and placement settings (:class:`routing.composite_monitor.MonitorConfig`).
+        Detector bound and placement settings (:class:`routing.monitors.composites.MonitorConfig`).
     topic_prefix : str
     available_now : bool
     trigger_interval : str
@@ -167,8 +167,8 @@ def encode_detections(detections: Detections, codec: Codec) -> tuple[list[bytes]
 
     Examples
     --------
-    >>> from routing.composites import parse_composite
-    >>> from routing.detection import CompositeDetector
+    >>> from routing.composite.trees import parse_composite
+    >>> from routing.composite.detection import CompositeDetector
     >>> det = CompositeDetector()
     >>> det.add("c", parse_composite({"op": "and", "within_ms": 9, "children": ["a = 1", "b = 1"]}), "u")
     >>> det.update([("c", "L1", "x", 1), ("c", "L2", 'y"', 2)])

@@ -181,7 +181,7 @@ def _qos_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) 
     from infra.topics import ensure_topics
     from producers import overlay
     from producers.kafka_writer import KafkaWriter
-    from routing.simulation import reliability_tree_system, to_spec_output
+    from routing.reliability.simulation import reliability_tree_system, to_spec_output
     from schemas.codec import codec_for
     from streaming.qos_job import QosConfig, run
     from streaming.readers import read_topic
@@ -269,7 +269,7 @@ def _routes_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: An
 
     from rich.table import Table
 
-    from routing.route_planner import PlannerConfig
+    from routing.monitors.routes import PlannerConfig
     from streaming.matching_job import MatchingConfig
     from streaming.matching_job import run as run_matching
     from streaming.readers import read_topic
@@ -329,8 +329,8 @@ def _composites_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console
     from infra.topics import ensure_topics
     from producers.kafka_writer import KafkaWriter
     from producers.workloads import CompositeWorkload
-    from routing.composite_monitor import MonitorConfig
-    from routing.topology import element_record, tree
+    from routing.monitors.composites import MonitorConfig
+    from routing.planning.topology import element_record, tree
     from schemas.codec import codec_for
     from streaming.composites_job import CompositesConfig, run
     from streaming.readers import read_topic

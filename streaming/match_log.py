@@ -83,8 +83,8 @@ from typing import Any, Protocol, TextIO, cast
 
 import orjson
 
-from routing.filters import Filter, FilterError, parse_filter
-from routing.matching import EventBatch, Matches, MatchIndex
+from routing.matching.index import EventBatch, Matches, MatchIndex
+from routing.matching.language import Filter, FilterError, parse_filter
 
 __all__ = ["DEFAULT_BATCH_SIZE", "MatchLogSummary", "run_match_log"]
 

@@ -8,7 +8,7 @@ both topics, recorded by Spark in its offset log before ``B`` runs. ``foreachBat
    (``B - 1``'s end offsets to ``B``'s, from Spark's offset log; no read at all when the topic did
    not move, which is most batches), decoded and validated in the JVM (``streaming.decode``), and
    applied in (partition, offset) order to the driver's ``SubscriptionTable`` through
-   ``routing.subscriptions.plan_change``: a filter is validated with ``parse_filter``, a bad one
+   ``routing.matching.table.plan_change``: a filter is validated with ``parse_filter``, a bad one
    goes to the dead-letter topic with the parser's message, composites are skipped, tombstones
    and ``unsubscribe`` remove. The batch's changes (or a snapshot) are written to
    ``<checkpoint>/subscriptions`` (``streaming.subscription_store``) *before* any output of ``B``.
@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
-from routing.subscriptions import Change, SubscriptionRecord, SubscriptionTable, plan_change
+from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_change
 from schemas.topics import DEADLETTER_TOPIC, TOPICS
 from streaming.session import await_query, kafka_stream, start_batches
 from streaming.subscription_store import TableStore

@@ -11,7 +11,7 @@ Arrow table), then:
    (``schemas.columnar``), the other topics (and any record that path refers) in the JVM
    (``streaming.decode.TopicDecoder``), into one Arrow table per topic: the fields the monitor
    reads for good records, raw key and value for rejected ones;
-2. hands the good rows to the driver's :class:`routing.qos_monitor.QosMonitor`: topology and
+2. hands the good rows to the driver's :class:`routing.monitors.qos.QosMonitor`: topology and
    subscription changes first (in partition/offset order), then events (matched against the live
    subscriptions for the denominator of R_s, and counted for each publisher's content mix), link
    and broker samples, and receipts, all as numpy columns;
@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infra.connection import KafkaConnection
-from routing.estimation import EstimationConfig
-from routing.qos_monitor import MonitorConfig, QosMonitor
-from routing.subscriptions import SubscriptionRecord
+from routing.matching.table import SubscriptionRecord
+from routing.monitors.qos import MonitorConfig, QosMonitor
+from routing.reliability.estimation import EstimationConfig
 from schemas.codec import codec_for
 from schemas.topics import TOPICS
 from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes

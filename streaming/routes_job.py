@@ -4,14 +4,14 @@ One streaming query reads the compacted ``siftstream.topology.v1`` and
 ``siftstream.subscriptions.v1``, the matching job's ``siftstream.matches.v1`` and
 ``siftstream.telemetry.links.v1``. Each micro-batch (``streaming.driver_batch``: decode in the
 JVM, collect per topic as Arrow, dead letters, state per batch) hands the good rows to the
-driver's :class:`routing.route_planner.RoutePlanner`: topology and subscription changes first (in
+driver's :class:`routing.monitors.routes.RoutePlanner`: topology and subscription changes first (in
 partition/offset order), then the matches (the observed rate of every publisher/filter flow) and
 the link delays. The planner's clock is the watermark (the largest match or telemetry time, minus
 ``lateness_ms``); at every check period it compares the inputs with the current plan's and, on a
 structural change or a sustained drift, re-plans with MICPICE (Chen et al. 2004; the enhanced
 heuristic by default) and writes a ``RoutePlan`` (key: the plan id; latest wins on the topic)
 with its cost, the cost of the plan it replaces and the reasons. See
-:mod:`routing.route_planner` for the mapping and the hysteresis.
+:mod:`routing.monitors.routes` for the mapping and the hysteresis.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infra.connection import KafkaConnection
-from routing.route_planner import PlannerConfig, RoutePlanner
-from routing.subscriptions import SubscriptionRecord, plan_change
+from routing.matching.table import SubscriptionRecord, plan_change
+from routing.monitors.routes import PlannerConfig, RoutePlanner
 from schemas.codec import codec_for
 from schemas.topics import TOPICS
 from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
@@ -52,7 +52,7 @@ class RoutesConfig:
     checkpoint : Path
         Local folder: Spark's checkpoint (``query/``) and the planner's state (``planner/``).
     planner : PlannerConfig
-        Method, check period, rate window, drift thresholds (:class:`routing.route_planner.PlannerConfig`).
+        Method, check period, rate window, drift thresholds (:class:`routing.monitors.routes.PlannerConfig`).
     topic_prefix : str
     available_now : bool
         Process what is in the topics now, then stop.
@@ -80,7 +80,7 @@ class RoutesConfig:
 
 def subscription_changes(table: Any, idx: np.ndarray) -> list[tuple[str, str | None, str | None, str | None]]:
     """The subscriptions topic's rows as ``(id, subscriber, broker, filter or None)`` changes, with
-    the matching job's rules (``routing.subscriptions.plan_change``: tombstones and unsubscribes
+    the matching job's rules (``routing.matching.table.plan_change``: tombstones and unsubscribes
     remove, composites are not atomic, invalid filters are skipped here)."""
     out: list[tuple[str, str | None, str | None, str | None]] = []
     for r in table.take(idx).to_pylist():

@@ -18,7 +18,7 @@ rebuilds the table from the compacted subscriptions topic instead.
 
 >>> import tempfile
 >>> from pathlib import Path
->>> from routing.subscriptions import SubscriptionTable
+>>> from routing.matching.table import SubscriptionTable
 >>> store = TableStore(Path(tempfile.mkdtemp()))
 >>> table = SubscriptionTable()
 >>> table.apply([("s1", "x > 1")])
@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from routing.subscriptions import Change, SubscriptionTable
+from routing.matching.table import Change, SubscriptionTable
 
 _FILE = re.compile(r"^(snapshot|delta)-(\d+)\.json$")
 

@@ -174,13 +174,13 @@ def valid_records(name: str) -> st.SearchStrategy[dict[str, Any]]:
     return repaired().filter(lambda record: not validate(name, record))
 
 
-# --- The filter language (routing.filters) -----------------------------------------------------
+# --- The filter language (routing.matching.language) -----------------------------------------------------
 # An appended section: its imports sit here so that the code above stays as it was.
 
 import math  # noqa: E402
 import random  # noqa: E402
 
-from routing.filters import Filter, Op, Predicate  # noqa: E402
+from routing.matching.language import Filter, Op, Predicate  # noqa: E402
 
 FILTER_KEYWORDS = ("and", "between", "in", "not", "startswith", "endswith", "contains", "exists", "true", "false")
 
@@ -375,7 +375,7 @@ def tight_filters() -> st.SearchStrategy[Filter]:
     return filters(st.just("x"), tight_numbers, st.just(""), NUMBER_FILTER_OPS, 3, 2, ("number",))
 
 
-# --- The subscription index (routing.matching) -------------------------------------------------
+# --- The subscription index (routing.matching.index) -------------------------------------------------
 # A small shared vocabulary, so that generated subscriptions and events meet often: matches,
 # identical filters, values equal to literals, missing attributes, values of the wrong kind, None,
 # NaN, -0.0, integers beyond 2**53 (2**53 + 1 is no double), booleans (not numbers), and strings
@@ -521,7 +521,7 @@ def wire_events(names: tuple[str, ...] = INDEX_NAMES, max_events: int = 12) -> s
     )
 
 
-# --- TID routing on cyclic broker overlays (routing.tid_routing) -------------------------------
+# --- TID routing on cyclic broker overlays (routing.planning.loop_free) -------------------------------
 # Connected cyclic broker graphs (a random spanning tree plus extra links), a few link delays, and
 # filters and events over a small vocabulary, so that subscriptions overlap several advertisements
 # and publications match often. Link delays change between advertisements, which is what gives a
@@ -636,13 +636,13 @@ def tid_scenarios(
     return TidScenario(brokers, links, delays, publishers, subscribers, tuple(ops), publications)
 
 
-# --- MICPICE instances (routing.micpice, routing.micpice_exact) --------------------------------
+# --- MICPICE instances (routing.planning.distribution, routing.planning.exact) --------------------------------
 # Tiny instances for the exact planner's brute-force oracle: 3-5 nodes, 1-3 events (composites
 # built from earlier events, so up to three levels), random links, costs (zero included), policy
 # and interests. At most ``max_pairs`` (link, event) pairs are policy-allowed, so an oracle that
 # enumerates every subset of them stays under 2**max_pairs subsets.
 
-from routing.micpice import Instance as _MicpiceInstance  # noqa: E402
+from routing.planning.distribution import Instance as _MicpiceInstance  # noqa: E402
 
 MICPICE_COSTS = (0.0, 0.5, 1.0, 2.0, 3.0)
 MICPICE_RATES = (0.25, 0.5, 1.0, 2.0)
@@ -685,7 +685,7 @@ def micpice_tiny_instances(draw: st.DrawFn, max_pairs: int = 12) -> _MicpiceInst
     )
 
 
-# --- Composite detection placement (routing.placement, SPEC §6) ------------------------------
+# --- Composite detection placement (routing.composite.placement, SPEC §6) ------------------------------
 # SPEC §6 documents (plain dicts, as the command reads them): 2-``max_brokers`` brokers on a
 # chain with a link each way (costs drawn per direction, so distances are asymmetric), extra
 # one-way links, sometimes a dead-end broker that no source can use (it cannot reach the
@@ -746,10 +746,10 @@ def _placement_leaves(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [leaf for child in node["children"] for leaf in _placement_leaves(child)]
 
 
-# --- Composite subscriptions and their detection (routing.composites, routing.detection) -------
+# --- Composite subscriptions and their detection (routing.composite.trees, routing.composite.detection) -------
 # An appended section: its imports sit here so that the code above stays as it was.
 
-from routing.composites import CompositeTree, parse_composite  # noqa: E402
+from routing.composite.trees import CompositeTree, parse_composite  # noqa: E402
 
 COMPOSITE_LEAF_TEXTS = ("a = 1", "b > 2", "kind = 'x'", "c exists", "A  =  1", "n between 1 and 2")
 COMPOSITE_WINDOWS = (1, 2, 3, 5, 8)  # small windows against small event times: expiry happens often

@@ -19,10 +19,10 @@ import pytest
 
 from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
-from routing.composite_monitor import MonitorConfig
-from routing.composites import parse_composite
-from routing.detection import detect_reference, detection_id
-from routing.filters import parse_filter
+from routing.composite.detection import detect_reference, detection_id
+from routing.composite.trees import parse_composite
+from routing.matching.language import parse_filter
+from routing.monitors.composites import MonitorConfig
 from schemas.codec import codec_for
 from streaming.composites_job import CompositesConfig, run
 from streaming.readers import read_topic

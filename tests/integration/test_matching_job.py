@@ -1,7 +1,7 @@
 """The matching job end to end: real broker, Spark's Kafka source and sink, restarts and replays.
 
 Expectations are built independently of the job: the subscription model is a dict updated by the
-rules of SPEC.md (and routing.subscriptions' module docstring) written out below; events are read
+rules of SPEC.md (and routing.matching.table' module docstring) written out below; events are read
 back raw from the topic and judged by ``schemas.rules.classify`` (the Python twin of the JVM
 decoder); matches come from ``BruteForceIndex`` over the model.
 """
@@ -21,8 +21,8 @@ from infra.connection import KafkaConnection
 from producers.events import EventGenerator
 from producers.faults import FAULTS, corrupt
 from producers.kafka_writer import KafkaWriter
-from routing.filters import FilterError, parse_filter
-from routing.matching import BruteForceIndex
+from routing.matching.index import BruteForceIndex
+from routing.matching.language import FilterError, parse_filter
 from schemas.codec import codec_for, decode
 from schemas.rules import classify
 from streaming.matching_job import MatchingConfig, run

@@ -17,10 +17,10 @@ import pytest
 
 from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
-from routing.micpice import Instance, Plan
-from routing.micpice_check import check_plan
-from routing.route_planner import PlannerConfig
-from routing.topology import attach_clients, flat_random
+from routing.monitors.routes import PlannerConfig
+from routing.planning.check import check_plan
+from routing.planning.distribution import Instance, Plan
+from routing.planning.topology import attach_clients, flat_random
 from schemas.codec import codec_for
 from streaming.readers import read_topic
 from streaming.routes_job import RoutesConfig, run

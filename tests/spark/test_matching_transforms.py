@@ -15,8 +15,8 @@ import pytest
 
 from producers.events import EventGenerator
 from producers.faults import FAULTS, corrupt
-from routing.matching import BruteForceIndex
-from routing.subscriptions import SubscriptionTable, plan_change
+from routing.matching.index import BruteForceIndex
+from routing.matching.table import SubscriptionTable, plan_change
 from schemas.codec import codec_for, decode
 from schemas.rules import classify
 from schemas.topics import TOPICS

@@ -1,0 +1,1340 @@
+"""Incremental content matching: the subscription index and its brute-force oracle.
+
+Two indexes share one interface (CONVENTIONS.md, "an index has add, remove and a query"):
+
+- ``MatchIndex``, the fast exact index: per-attribute bucketed bitsets over the distinct filters,
+  ANDed per event, with an exact check of the candidates whose buckets are not decisive, and
+  numba-compiled kernels (``routing.matching.kernels``) for the inner loops.
+- ``BruteForceIndex``, the oracle: ``Filter.matches`` on every subscription for every event.
+
+Both take ``add(subscription_id, filter)`` (a ``Filter`` or its text; adding an existing id
+replaces it), ``remove(subscription_id)``, ``apply(changes)`` (a batch of ``(id, filter)`` and
+``(id, None)`` changes, as in ``routing.matching.table``) and ``match(events)``, where ``events``
+is an ``EventBatch`` or a sequence of attribute mappings; ``match`` returns a ``Matches``: per
+event, the ids of the subscriptions active at that point that the event satisfies.
+
+Examples
+--------
+>>> index = MatchIndex()
+>>> index.add("s1", "price < 120 and symbol = 'IBM'")
+>>> index.add("s2", "price between 100 and 200")
+>>> result = index.match([{"symbol": "IBM", "price": 100.5}, {"symbol": "HP", "price": 150}])
+>>> result.ids(0), result.ids(1)
+(['s1', 's2'], ['s2'])
+>>> index.remove("s2")
+>>> index.match([{"symbol": "IBM", "price": 100.5}]).ids(0)
+['s1']
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import accumulate, chain, compress, count, repeat
+from operator import attrgetter, eq, is_, is_not, itemgetter, not_
+from typing import Any, Final, TypeAlias, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from routing.matching import kernels as K
+from routing.matching.language import Filter, Kind, Op, Predicate, parse_filter
+
+__all__ = ["BruteForceIndex", "EventBatch", "MatchIndex", "Matches"]
+
+_MISSING: Final = object()
+
+
+class EventBatch:
+    """A batch of events' attributes, kept column by column for the index.
+
+    Build it with ``EventBatch.from_events`` (one mapping of attribute name to value per event)
+    or ``EventBatch.from_columns`` (one column per attribute name, with a mask of which events
+    carry it). Values are numbers, strings or booleans; other values (``None``, lists) are of no
+    kind and satisfy only ``exists``.
+
+    Examples
+    --------
+    >>> batch = EventBatch.from_events([{"x": 1}, {"y": "a"}])
+    >>> len(batch), batch.event(1)
+    (2, {'y': 'a'})
+    >>> cols = EventBatch.from_columns(2, {"x": (np.array([1.0, 2.0]), np.array([True, False]))})
+    >>> cols.event(0), cols.event(1)
+    ({'x': 1.0}, {})
+    """
+
+    __slots__ = ("_columns", "_events", "_n")
+
+    def __init__(
+        self,
+        n: int,
+        columns: dict[str, tuple[npt.NDArray[np.generic], npt.NDArray[np.bool_]]],
+        events: Sequence[Mapping[str, object]] | None,
+    ) -> None:
+        self._n = n
+        self._columns = columns
+        self._events = events
+
+    @classmethod
+    def from_events(cls, events: Sequence[Mapping[str, object]]) -> EventBatch:
+        """A batch from one attribute mapping per event (kept as given; columns built lazily)."""
+        return cls(len(events), {}, events)
+
+    @classmethod
+    def from_columns(
+        cls,
+        n: int,
+        columns: Mapping[str, tuple[npt.ArrayLike, npt.ArrayLike | None]],
+    ) -> EventBatch:
+        """A batch from columns: ``name -> (values, present)``.
+
+        Parameters
+        ----------
+        n : int
+            The number of events.
+        columns : Mapping[str, tuple]
+            For each attribute, its ``n`` values (a numeric, boolean, string or object array)
+            and a boolean mask of the events that carry it (None: all do). Values where the
+            mask is false are ignored.
+        """
+        cols: dict[str, tuple[npt.NDArray[np.generic], npt.NDArray[np.bool_]]] = {}
+        for name, (values, present) in columns.items():
+            arr = np.asarray(values)
+            mask = np.ones(n, dtype=bool) if present is None else np.asarray(present, dtype=bool)
+            if arr.shape != (n,) or mask.shape != (n,):
+                raise ValueError(f"column {name!r}: expected {n} values and a mask of {n}")
+            cols[name] = (arr, mask)
+        return cls(n, cols, None)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def columns(self) -> dict[str, tuple[npt.NDArray[np.generic], npt.NDArray[np.bool_]]]:
+        """``name -> (values, present)`` for every attribute some event carries."""
+        if self._events is None or self._columns:
+            return self._columns
+        names: dict[str, None] = {}
+        for attrs in self._events:
+            names.update(dict.fromkeys(attrs))
+        n = self._n
+        for name in names:
+            values = np.empty(n, dtype=object)
+            present = np.zeros(n, dtype=bool)
+            for i, attrs in enumerate(self._events):
+                v = attrs.get(name, _MISSING)
+                if v is not _MISSING:
+                    values[i] = v
+                    present[i] = True
+            self._columns[name] = (values, present)
+        return self._columns
+
+    def event(self, i: int) -> dict[str, object]:
+        """The attributes of event ``i`` as a dict (numpy scalars become Python values)."""
+        if self._events is not None:
+            return dict(self._events[i])
+        out: dict[str, object] = {}
+        for name, (values, present) in self._columns.items():
+            if present[i]:
+                v = values[i]
+                out[name] = v.item() if isinstance(v, np.generic) else v
+        return out
+
+
+def _as_batch(events: EventBatch | Sequence[Mapping[str, object]]) -> EventBatch:
+    return events if isinstance(events, EventBatch) else EventBatch.from_events(events)
+
+
+def _as_filter(filt: Filter | str) -> Filter:
+    return filt if isinstance(filt, Filter) else parse_filter(filt)
+
+
+# (each slot's rank in id order, the ids in rank order, each packed member's rank or None)
+Ranks = tuple[npt.NDArray[np.int64], npt.NDArray[np.object_], npt.NDArray[np.int32] | None]
+
+
+class Matches:
+    """The result of ``match``: per event, the subscriptions it satisfies.
+
+    ``slots[offsets[i]:offsets[i + 1]]`` are the internal slots of event ``i``'s subscriptions
+    (unordered); ``ids(i)`` names them, sorted by plain string order. The names are resolved
+    against the index as it was at ``match`` time: ask for them before the next change.
+
+    ``MatchIndex`` hands its answer over as it finds it: per event, the distinct filters that
+    match, each standing for the run of its subscriptions in a member table that the index never
+    changes afterwards. ``offsets`` and ``slots`` are spelled out from them when first asked for
+    (and kept); ``counts`` and ``ids`` need only the runs.
+
+    Attributes
+    ----------
+    offsets : ndarray of int64, shape (n + 1,)
+    slots : ndarray of int32
+    """
+
+    __slots__ = ("_counts", "_names", "_offsets", "_ranker", "_runs", "_slots")
+
+    def __init__(
+        self,
+        offsets: npt.NDArray[np.int64] | None,
+        slots: npt.NDArray[np.int32] | None,
+        names: Sequence[str | None],
+        ranker: Callable[[], Ranks] | None = None,
+        runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32]]
+        | None = None,
+    ) -> None:
+        if (offsets is None or slots is None) and runs is None:
+            raise ValueError("Matches needs offsets and slots, or runs")
+        self._offsets = offsets
+        self._slots = slots
+        self._names = names
+        self._ranker = ranker
+        # (fid_offsets, fids, m_start, m_packed): event i's filters are fids[fid_offsets[i] :
+        # fid_offsets[i + 1]], filter f's subscriptions m_packed[m_start[f] : m_start[f + 1]]
+        self._runs = runs
+        self._counts: npt.NDArray[np.int64] | None = None
+
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]:
+        if self._offsets is None:
+            fid_offsets, fids, m_start, _ = cast(tuple[Any, ...], self._runs)
+            offsets = np.empty(len(fid_offsets), dtype=np.int64)
+            K.slot_offsets(fid_offsets, fids, m_start, offsets)
+            self._offsets = offsets
+        return self._offsets
+
+    @property
+    def slots(self) -> npt.NDArray[np.int32]:
+        if self._slots is None:
+            fid_offsets, fids, m_start, m_packed = cast(tuple[Any, ...], self._runs)
+            offsets = self.offsets
+            slots = np.empty(int(offsets[-1]), dtype=np.int32)
+            K.copy_slots(fid_offsets, fids, m_start, m_packed, 0, len(fid_offsets) - 1, slots)
+            self._slots = slots
+        return self._slots
+
+    def _event_slots(self, i: int) -> npt.NDArray[np.int32]:
+        """Event ``i``'s slots (spelled out for it alone while ``slots`` is not)."""
+        if self._slots is not None or self._runs is None:
+            return self.slots[self.offsets[i] : self.offsets[i + 1]]
+        fid_offsets, fids, m_start, m_packed = self._runs
+        f = fids[fid_offsets[i] : fid_offsets[i + 1]]
+        out = np.empty(int((m_start[f + 1] - m_start[f]).sum()), dtype=np.int32)
+        K.copy_slots(fid_offsets, fids, m_start, m_packed, i, i + 1, out)
+        return out
+
+    def __len__(self) -> int:
+        return len(self._runs[0] if self._runs is not None else cast(npt.NDArray[np.int64], self._offsets)) - 1
+
+    def counts(self) -> npt.NDArray[np.int64]:
+        """How many subscriptions each event matched."""
+        if self._counts is None:
+            self._counts = np.diff(self.offsets)
+        return self._counts
+
+    def ids(self, i: int) -> list[str]:
+        """The ids of the subscriptions event ``i`` matched, sorted by plain string order."""
+        names = self._names
+        return sorted(str(names[s]) for s in self._event_slots(i).tolist())
+
+    def all_ids(self) -> list[list[str]]:
+        """``ids(i)`` for every event."""
+        offsets, ids = self.flat_ids()
+        flat = ids.tolist()
+        bounds = offsets.tolist()
+        return [flat[bounds[i] : bounds[i + 1]] for i in range(len(self))]
+
+    def flat_ids(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+        """Every event's ids at once: ``ids[offsets[i]:offsets[i + 1]]`` is ``ids(i)`` as an array.
+
+        Vectorized (``sorted_ranks``), for writers that turn the result into columns.
+
+        Examples
+        --------
+        >>> index = MatchIndex()
+        >>> for sid in ("b", "a", "c"):
+        ...     index.add(sid, "x > 0")
+        >>> offsets, ids = index.match([{"x": 1}, {"x": 0}, {"x": 2}]).flat_ids()
+        >>> offsets.tolist(), ids.tolist()
+        ([0, 3, 3, 6], ['a', 'b', 'c', 'a', 'b', 'c'])
+        """
+        offsets, ranks, by_rank = self.sorted_ranks()
+        return offsets, by_rank[ranks]
+
+    def sorted_ranks(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+        """Every event's subscriptions as ranks of their ids in plain string order, ascending within
+        each event, and the ids in rank order: ``by_rank[ranks[offsets[i]:offsets[i + 1]]]`` are
+        ``ids(i)``. ``by_rank`` is the same array for every ``Matches`` of one index version (a
+        writer may keep what it derives from it); ``ranks`` come from compiled loops (a bitmap
+        over the ranks for events with many subscriptions, without spelling out ``slots``).
+
+        >>> index = MatchIndex()
+        >>> for sid in ("b", "a", "c"):
+        ...     index.add(sid, "x > 0" if sid != "b" else "x > 1")
+        >>> offsets, ranks, by_rank = index.match([{"x": 1}, {"x": 2}]).sorted_ranks()
+        >>> offsets.tolist(), ranks.tolist(), by_rank.tolist()
+        ([0, 2, 5], [0, 2, 0, 1, 2], ['a', 'b', 'c'])
+        """
+        packed = None
+        if self._ranker is not None:
+            rank, by_rank, packed = self._ranker()
+        else:
+            rank, by_rank = _name_ranks(self._names)
+        offsets = self.offsets
+        if self._slots is None and self._runs is not None:  # straight from the runs
+            fid_offsets, fids, m_start, _ = self._runs
+            assert packed is not None, "runs come from MatchIndex, whose ranker gives the packed ranks"
+            ranks = np.empty(int(offsets[-1]), dtype=np.int64)
+            K.ranked_members(fid_offsets, fids, m_start, packed, len(rank), offsets, ranks)
+        else:
+            ranks = rank[self.slots]
+            K.sort_segments(offsets, ranks)
+        return offsets, ranks, by_rank
+
+
+def _name_ranks(names: Sequence[str | None]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.object_]]:
+    """Each name's rank in plain string (code point) order, and the names in that order (an object
+    array; None as "")."""
+    arr = np.empty(len(names), dtype=object)
+    arr[:] = [n if n is not None else "" for n in names]
+    # Python's sort: numpy's fixed-width strings would drop trailing NUL characters
+    order = np.asarray(sorted(range(len(arr)), key=arr.__getitem__), dtype=np.int64)
+    rank = np.empty(len(arr), dtype=np.int64)
+    rank[order] = np.arange(len(arr))
+    return rank, arr[order]
+
+
+class BruteForceIndex:
+    """The oracle: every subscription's ``Filter.matches`` on every event.
+
+    Examples
+    --------
+    >>> oracle = BruteForceIndex()
+    >>> oracle.add("a", "x > 1")
+    >>> oracle.add("b", "x exists")
+    >>> oracle.match([{"x": 2}, {"x": None}, {}]).all_ids()
+    [['a', 'b'], ['b'], []]
+    """
+
+    def __init__(self) -> None:
+        self._filters: dict[str, Filter] = {}
+
+    def add(self, subscription_id: str, filt: Filter | str) -> None:
+        """Add a subscription, or replace the one with this id. Raises ``FilterError`` on bad text."""
+        self._filters[subscription_id] = _as_filter(filt)
+
+    def remove(self, subscription_id: str) -> None:
+        """Remove a subscription; raises ``KeyError`` for an unknown id."""
+        del self._filters[subscription_id]
+
+    def apply(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
+        """Apply changes in order: ``(id, filter)`` adds or replaces, ``(id, None)`` removes (an
+        unknown id: nothing to remove). Raises ``FilterError`` (nothing changes) on bad text."""
+        parsed = [(sid, None if filt is None else _as_filter(filt)) for sid, filt in changes]
+        for sid, f in parsed:
+            if f is None:
+                self._filters.pop(sid, None)
+            else:
+                self._filters[sid] = f
+
+    def __len__(self) -> int:
+        return len(self._filters)
+
+    def __contains__(self, subscription_id: object) -> bool:
+        return subscription_id in self._filters
+
+    def match(self, events: EventBatch | Sequence[Mapping[str, object]]) -> Matches:
+        """Per event, the subscriptions it satisfies."""
+        batch = _as_batch(events)
+        names = list(self._filters)
+        filters = [self._filters[k] for k in names]
+        offsets = [0]
+        slots: list[int] = []
+        for i in range(len(batch)):
+            attrs = batch.event(i)
+            slots.extend(j for j, f in enumerate(filters) if f.matches(attrs))
+            offsets.append(len(slots))
+        return Matches(np.asarray(offsets, dtype=np.int64), np.asarray(slots, dtype=np.int32), names)
+
+
+# keyed by the operators' names: an Enum member hashes in Python code, a str in C
+_OPS: Final = {
+    Op.EQ.name: K.O_EQ, Op.NE.name: K.O_NE, Op.LT.name: K.O_LT, Op.LE.name: K.O_LE, Op.GT.name: K.O_GT,
+    Op.GE.name: K.O_GE, Op.BETWEEN.name: K.O_BETWEEN, Op.IN.name: K.O_IN, Op.NOT_IN.name: K.O_NOT_IN,
+}  # fmt: skip
+_DOUBLE_INTS: Final = 2**53  # integers up to this magnitude are exact doubles
+_NUMBER: Final = Kind.NUMBER
+
+# a compiled predicate: (attribute index << 8 | P_* kind << 4 | O_* operator, a, b, list literals)
+_Record: TypeAlias = tuple[int, float, float, tuple[float, ...]]
+# a compiled filter: its records sorted, the filter itself when Python must check it, the dedup key
+_Compiled: TypeAlias = tuple[tuple[_Record, ...], Filter | None, int]
+# compiled filters as three lists: the records, the filters that Python must check, the keys
+_CompiledMany: TypeAlias = tuple[list[tuple[_Record, ...]], list[Filter | None], list[int]]
+# a predicate's cache entry: its record, whether Python must check it, and the literals' kind
+_Cached: TypeAlias = tuple[_Record, bool, Kind | None]
+_PREDICATES: Final = attrgetter("predicates")
+_ATTRIBUTE: Final = attrgetter("attribute")
+_OP_NAME: Final = attrgetter("op._name_")
+_VALUES: Final = attrgetter("values")
+_KIND: Final = attrgetter("_kind")
+_FIRST, _SECOND, _THIRD, _FOURTH = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+_MEMO_SIZE: Final = 1 << 14  # entries of each compile cache (emptied when full)
+
+
+def _grow(arr: npt.NDArray[Any], size: int, fill: Any = 0) -> npt.NDArray[Any]:
+    """``arr`` with its first axis grown to at least ``size`` (by half again), new entries ``fill``."""
+    if arr.shape[0] >= size:
+        return arr
+    new = np.full((max(size, arr.shape[0] + arr.shape[0] // 2), *arr.shape[1:]), fill, dtype=arr.dtype)
+    new[: arr.shape[0]] = arr
+    return new
+
+
+def _by_op_memo() -> defaultdict[str, dict[tuple[object, ...], _Cached]]:
+    """One attribute's part of the predicate cache: by operator name, then literals."""
+    return defaultdict(dict)
+
+
+def _consume(side_effects: Iterator[object]) -> None:
+    """Run an iterator to its end in C, for the side effects of its steps (itertools' recipe)."""
+    deque(side_effects, maxlen=0)
+
+
+def _exact_double(x: object) -> bool:
+    """Whether a number literal is a double exactly (ints beyond 2**53 mostly are not)."""
+    if type(x) is not int or -_DOUBLE_INTS <= x <= _DOUBLE_INTS:
+        return True
+    try:
+        return float(x) == x
+    except OverflowError:  # beyond the largest double
+        return False
+
+
+def _number_cell(x: int) -> tuple[float, int]:
+    """An integer as ``(float(x), sign of x - float(x))``; beyond the doubles, +-inf."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return (math.inf, -1) if x > 0 else (-math.inf, 1)
+    return f, (x > int(f)) - (x < int(f))
+
+
+_ORDER_RECORDS: Final = 4  # leading records of a filter that order new fids
+
+
+def _record_order(
+    groups: npt.NDArray[np.int64],
+    offs: npt.NDArray[np.int64],
+    r_code: npt.NDArray[np.int64],
+    r_x: npt.NDArray[np.float64],
+) -> npt.NDArray[np.int64]:
+    """The groups (compiled filters ``offs[g] .. offs[g + 1] - 1`` of ``r_code``, ``r_x``) in the
+    order of their leading records: by attribute, operator and literal, a filter with no record on
+    an attribute after those that have one (ties in the order given). Only equalities order:
+    a record with another operator counts as absent.
+
+    New fids are taken in this order, so that the fids an equality on a leading attribute
+    excludes lie together and whole words of the AND of an event's rows come out empty. Range
+    filters (W1) keep the order given: sorting them by their bounds made a dense AND ~10% slower
+    at 10^6 filters and gives the sparse path nothing to skip.
+    """
+    starts = offs[groups]
+    lens = offs[groups + 1] - starts
+    keys: list[npt.NDArray[Any]] = []
+    for t in range(_ORDER_RECORDS):
+        at = np.where(lens > t, starts + t, 0)
+        has = (lens > t) & ((r_code[at] & 15) == K.O_EQ)
+        keys += [np.where(has, r_code[at], np.iinfo(np.int64).max), np.where(has, r_x[at], 0.0)]
+    return np.lexsort(keys[::-1]).astype(np.int64)
+
+
+class MatchIndex:
+    """The fast exact index over a changing set of atomic subscriptions.
+
+    Structure (the layout is described in ``routing.matching.kernels``): identical filters share one
+    *fid* (distinct-filter slot) that lists its subscriptions. Each attribute that some
+    predicate names gets bitset rows over the fids, one per bucket of its values: missing,
+    no kind, false, true, each interned string literal (up to ``max_strings`` per attribute) and
+    the other strings, and the numbers cut at up to ``max_cuts`` literals per attribute (each cut
+    a point bucket between two open intervals). An event's candidates are the AND of one row per
+    attribute; a fid whose buckets were all decisive is a match outright, others are verified
+    against their compiled predicates, and the few predicates doubles and codes cannot express
+    (string orderings, ``startswith``, ``endswith``, ``contains``, integers beyond 2**53) are
+    checked by ``Filter.matches`` on the candidates that reach them. Matching walks the fids in
+    blocks that stay in cache while the whole batch of events streams by, ANDing an event's
+    sparsest rows first; new fids are numbered in the order of their filters' leading records, so
+    that an equality on a leading attribute (Gryphon-style equality and don't-care filters)
+    leaves whole words empty, which are skipped. Each row keeps a summary bit per word (does it
+    hold any?), refreshed by the flush for new rows and the words whose fids changed; an event
+    whose summaries leave few words to AND (Gryphon: ~70 of ~770) is matched on those words
+    alone, event after event, so that its hits need no grouping. ``match`` answers with each
+    event's matching fids; a fid's subscriptions lie together in a member table rebuilt after
+    changes, so the ``Matches`` names them as runs and spells out slots only when asked.
+
+    Changes never rebuild the index, and they are applied in batches: ``apply(changes)``
+    applies a batch, together with the changes that ``add`` and ``remove`` queued (``flush`` and
+    ``match`` apply the queue too). Python compiles each filter (each distinct predicate and each
+    distinct text once: both are cached; new literals become cuts or string rows by copying the
+    row of the bucket they split, which keeps every other fid's bits correct); compiled kernels
+    find the fids of identical filters (by hash, then record by record) and list and unlist the
+    subscriptions; the bit work of new and dropped fids waits for the next ``match`` or ``flush``.
+
+    Parameters
+    ----------
+    max_cuts : int
+        Numeric literals per attribute that become bucket boundaries (more buckets: fewer
+        candidates to verify, more bits per filter).
+    max_strings : int
+        String literals per attribute with a row of their own.
+
+    Examples
+    --------
+    >>> index = MatchIndex()
+    >>> index.add("cheap", "price < 120 and symbol in ('IBM', 'HP')")
+    >>> index.add("air", "name startswith 'air'")
+    >>> index.add("twin", "symbol in ('HP', 'IBM') and price < 120")
+    >>> index.match([{"symbol": "HP", "price": 99}, {"name": "airport"}]).all_ids()
+    [['cheap', 'twin'], ['air']]
+    >>> index.stats()["distinct_filters"]
+    2
+    """
+
+    cache_bytes = 1 << 18
+    """Bytes of bitset rows per block of fids (the rows' slices of one block should stay in L2)."""
+
+    def __init__(self, max_cuts: int = 48, max_strings: int = 64) -> None:
+        if max_cuts < 0 or max_strings < 0:
+            raise ValueError("max_cuts and max_strings must be >= 0")
+        self._max_cuts = max_cuts
+        # subscriptions (slots)
+        self._slot_of: dict[str, int] = {}
+        self._names: list[str | None] = []
+        self._free_slots: list[int] = []
+        self._sub_fid = np.zeros(64, dtype=np.int32)
+        self._sub_pos = np.zeros(64, dtype=np.int32)  # where the slot sits in ``_members``
+        # distinct filters (fids): the M_* columns of ``_meta``, and their subscriptions
+        self._fid_of_key: dict[int, int] = {}
+        self._free_fids: list[int] = []
+        self._n_fids = 0
+        self._meta = np.zeros((64, 6), dtype=np.int32)
+        self._f_key = np.zeros(64, dtype=np.int64)
+        self._f_keyed = np.zeros(64, dtype=bool)
+        self._slow: dict[int, Filter] = {}
+        # compile caches: a predicate's record by attribute, operator name and literals, with
+        # the count of its entries; a filter text's compiled form
+        self._pred_memo: defaultdict[str, defaultdict[str, dict[tuple[object, ...], _Cached]]] = defaultdict(
+            _by_op_memo
+        )
+        self._memo_size = 0
+        self._text_memo: dict[str, _Compiled] = {}
+        self._members = np.zeros(64, dtype=np.int32)
+        self._m_used = 0
+        self._m_garbage = 0
+        # what matching reads instead, rebuilt by the flush after changes: every fid's members
+        # packed in fid order (``m_packed[m_start[f] : m_start[f + 1]]``), and the bitset of the
+        # fids whose every set bit is decisive (matched without a check)
+        self._m_start = np.zeros(65, dtype=np.int32)
+        self._m_packed = np.zeros(64, dtype=np.int32)
+        self._packed_stale = False
+        self._packed_shared = False  # whether a Matches holds them (then a rebuild takes new ones)
+        self._exact = np.zeros(1, dtype=np.uint64)
+        # match's buffers of (event, fid) hits and slow pairs, kept between calls
+        self._hit_ev = np.zeros(1024, dtype=np.int32)
+        self._hit_fid = np.zeros(1024, dtype=np.int32)
+        self._slow_pairs = np.zeros((64, 2), dtype=np.int64)
+        # compiled predicates (``routing.matching.kernels.verify``) and list literals
+        self._p_code = np.zeros(256, dtype=np.int64)
+        self._p_ab = np.zeros((256, 2), dtype=np.float64)
+        self._p_used = 0
+        self._p_garbage = 0
+        self._lit = np.zeros(64, dtype=np.float64)
+        self._lit_used = 0
+        # attributes and their buckets
+        self._attr_of: dict[str, int] = {}
+        self._attr_names: list[str] = []
+        self._str_codes: list[dict[str, int]] = []
+        self._cut_sets: list[set[float]] = []
+        self._fixed_rows = np.zeros((4, 5), dtype=np.int64)
+        self._str_rows = np.full((4, max_strings), -1, dtype=np.int64)
+        self._str_count = np.zeros(4, dtype=np.int64)
+        self._num_cuts = np.zeros((4, max_cuts), dtype=np.float64)
+        self._num_ncuts = np.zeros(4, dtype=np.int64)
+        self._num_rows = np.zeros((4, 2 * max_cuts + 1), dtype=np.int64)
+        # bitset rows over fids
+        self._rows = np.zeros((16, 1), dtype=np.uint64)
+        self._n_rows = 0
+        self._alive = np.zeros(1, dtype=np.uint64)
+        # a bit per word of each row: does it hold any? (``summarize``; refreshed by the flush, for
+        # rows up to ``_summarised_rows`` and the words whose fids changed)
+        self._summary = np.zeros((16, 1), dtype=np.uint64)
+        self._summarised_rows = 0
+        self._last_paths = np.zeros(3, dtype=np.int64)  # events per path of the last match (``stats``)
+        # changes queued until the next apply, flush or match (the last of each id), with the texts
+        # among them that the text cache lacks, parsed; the subscriptions with the queue applied
+        self._queue: dict[str, Filter | str | None] = {}
+        self._queue_parsed: dict[str, Filter] = {}
+        self._n_subs = 0
+        # bit work batched until the next match
+        self._pending_set: list[int] = []
+        self._pending_clear: list[int] = []
+        self._expected = 16.0  # matches per event, a running estimate that sizes match's buffers
+        self._version = 0  # bumped by every change; ``Matches`` of an older version cannot name slots
+        self._ranks: tuple[int, Ranks] | None = None
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def add(self, subscription_id: str, filt: Filter | str) -> None:
+        """Add a subscription, or replace the one with this id.
+
+        The change joins the queue that the next ``apply``, ``flush`` or ``match`` applies in one
+        batch. Raises ``FilterError`` (nothing changes) when ``filt`` is text that does not parse.
+        """
+        self._enqueue(((subscription_id, filt),))
+
+    def remove(self, subscription_id: str) -> None:
+        """Remove a subscription (queued like ``add``); ``KeyError`` when no subscription has this id."""
+        if subscription_id not in self:
+            raise KeyError(subscription_id)
+        self._enqueue(((subscription_id, None),))
+
+    def apply(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
+        """Apply subscription changes in order, with any queued by ``add`` and ``remove``, as one batch.
+
+        ``(id, filter)`` adds a subscription or replaces the one with this id; ``(id, None)``
+        removes it (an unknown id: nothing to remove). The index ends as if the changes had been
+        applied one by one: only the last change of each id matters. Filters are compiled in
+        Python (each distinct predicate and each distinct text once: both are cached); finding
+        the distinct filters they share, and the bookkeeping of subscriptions, is done for the
+        whole batch at once, by compiled kernels; the bit work waits for the next ``match`` or
+        ``flush``.
+
+        Raises ``FilterError`` (nothing changes) when some filter is text that does not parse.
+
+        Examples
+        --------
+        >>> index = MatchIndex()
+        >>> index.apply([("a", "x > 1"), ("b", "x > 1"), ("c", "y = 'q'"), ("a", None), ("z", None)])
+        >>> index.match([{"x": 2, "y": "q"}]).all_ids(), index.stats()["distinct_filters"]
+        ([['b', 'c']], 2)
+        """
+        staged = self._parse(changes)
+        self._queue.update(staged)
+        self._version += 1
+        self._apply_queue()
+
+    def _parse(self, changes: Iterable[tuple[str, Filter | str | None]]) -> list[tuple[str, Filter | str | None]]:
+        """The changes as a list, once every text among them parses (``FilterError`` if not); texts
+        that the text cache lacks are kept parsed for the queue."""
+        staged = list(changes)
+        if any(map(isinstance, map(_SECOND, staged), repeat(str))):
+            texts, parsed = self._text_memo, self._queue_parsed
+            new: dict[str, Filter] = {}
+            for _, filt in staged:
+                if isinstance(filt, str) and filt not in texts and filt not in parsed and filt not in new:
+                    new[filt] = parse_filter(filt)
+            parsed.update(new)
+        return staged
+
+    def _enqueue(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
+        """Queue changes (the last of each id wins), counting the subscriptions they leave."""
+        staged = self._parse(changes)
+        queue, slot_of = self._queue, self._slot_of
+        live = self._n_subs
+        for sid, filt in staged:
+            queued = queue.get(sid, _MISSING)
+            live -= (sid in slot_of) if queued is _MISSING else (queued is not None)
+            live += filt is not None
+            queue[sid] = filt
+        self._n_subs = live
+        self._version += 1
+
+    def _apply_queue(self) -> None:
+        """Apply the queued changes: the subscriptions' bookkeeping now, the bit work at the next flush."""
+        if not self._queue:
+            return
+        final, self._queue = self._queue, {}
+        parsed, self._queue_parsed = self._queue_parsed, {}
+        slot_of = self._slot_of
+        ids, filters = list(final), list(final.values())
+        olds = list(map(slot_of.get, ids))  # each id's slot now (None: not there)
+        stays = list(map(is_not, filters, repeat(None)))
+        removed = [s for s, stay in zip(olds, stays, strict=True) if not stay and s is not None]
+        if removed:
+            _consume(map(slot_of.pop, compress(ids, map(not_, stays)), repeat(None)))
+        add_ids = list(compress(ids, stays))
+        if add_ids:
+            fids = self._fids_of(cast(list[Filter | str], list(compress(filters, stays))), parsed)
+            add_old = list(compress(olds, stays))
+            if any(map(is_not, add_old, repeat(None))):
+                old = np.asarray([-1 if s is None else s for s in add_old], dtype=np.int64)
+                had = old >= 0
+                same = had & (self._sub_fid[np.maximum(old, 0)] == fids)  # replaced by an identical filter
+                removed.extend(old[had & ~same].tolist())
+                if same.any():
+                    add_ids = list(compress(add_ids, (~same).tolist()))
+                    fids = fids[~same]
+        emptied = None
+        self._packed_stale = True
+        if removed:
+            slots = np.asarray(removed, dtype=np.int64)
+            emptied = np.empty(len(removed), dtype=np.int64)
+            n = K.unlist_members(slots, self._sub_fid, self._sub_pos, self._members, self._meta, emptied)
+            emptied = emptied[:n]
+            _consume(map(self._names.__setitem__, removed, repeat(None)))
+            self._free_slots.extend(removed)
+        if add_ids:
+            slots = self._assign_slots(add_ids)
+            done = 0
+            while done < len(slots):
+                done, self._m_used, garbage = K.list_members(
+                    slots, fids, done, self._sub_fid, self._sub_pos, self._members, self._meta, self._m_used
+                )
+                self._m_garbage += garbage
+                if done < len(slots):  # a member list must move and the pool is full
+                    self._make_room(2 * int(self._meta[fids[done], K.M_MCAP]) + 1)
+        if emptied is not None and len(emptied):
+            self._drop_fids(emptied[self._meta[emptied, K.M_MCOUNT] == 0])
+        self._n_subs = len(slot_of)
+
+    def _assign_slots(self, ids: list[str]) -> npt.NDArray[np.int64]:
+        """Slots for new subscriptions (free ones first), named and mapped from their ids."""
+        free, names = self._free_slots, self._names
+        k = min(len(free), len(ids))
+        reused = free[len(free) - k :][::-1]  # the order single pops would take them in
+        del free[len(free) - k :]
+        _consume(map(names.__setitem__, reused, ids))
+        n = len(names)
+        names.extend(ids[k:])
+        slots = reused + list(range(n, len(names)))
+        self._slot_of.update(zip(ids, slots, strict=True))
+        if len(names) > len(self._sub_fid):
+            self._sub_fid = _grow(self._sub_fid, len(names))
+            self._sub_pos = _grow(self._sub_pos, len(names))
+        return np.asarray(slots, dtype=np.int64)
+
+    def _make_room(self, size: int) -> None:
+        """Room for ``size`` more members at the end of the pool (squeezing out garbage when large)."""
+        if self._m_used + size > len(self._members) and self._m_garbage > self._m_used // 2:
+            self._compact_members()
+        self._members = _grow(self._members, self._m_used + size)
+
+    def _compact_members(self) -> None:
+        live = np.flatnonzero(self._meta[: self._n_fids, K.M_MCAP] > 0)
+        caps = self._meta[live, K.M_MCAP].astype(np.int64)
+        starts = self._meta[live, K.M_MSTART].astype(np.int64)
+        new_start = np.concatenate(([0], np.cumsum(caps)[:-1])).astype(np.int64) if len(live) else starts
+        total = int(caps.sum())
+        idx = np.repeat(starts - new_start, caps) + np.arange(total)
+        self._members[:total] = self._members[idx]
+        counts = self._meta[live, K.M_MCOUNT].astype(np.int64)
+        first = np.repeat(new_start - (np.cumsum(counts) - counts), counts)
+        used = first + np.arange(int(counts.sum()))
+        self._sub_pos[self._members[used]] = used
+        self._meta[live, K.M_MSTART] = new_start
+        self._m_used, self._m_garbage = total, 0
+
+    def __len__(self) -> int:
+        return self._n_subs
+
+    def __contains__(self, subscription_id: object) -> bool:
+        queued = self._queue.get(subscription_id, _MISSING)  # type: ignore[call-overload]
+        return subscription_id in self._slot_of if queued is _MISSING else queued is not None
+
+    # -- compiling a filter -----------------------------------------------------------------
+
+    def _attr(self, name: str) -> int:
+        a = self._attr_of.get(name)
+        if a is not None:
+            return a
+        a = len(self._attr_names)
+        self._attr_of[name] = a
+        self._attr_names.append(name)
+        self._str_codes.append({})
+        self._cut_sets.append(set())
+        self._fixed_rows = _grow(self._fixed_rows, a + 1)
+        self._str_rows = _grow(self._str_rows, a + 1, -1)
+        self._str_count = _grow(self._str_count, a + 1)
+        self._num_cuts = _grow(self._num_cuts, a + 1)
+        self._num_ncuts = _grow(self._num_ncuts, a + 1)
+        self._num_rows = _grow(self._num_rows, a + 1)
+        for j in range(5):  # every fid so far says nothing about a: its bits are set everywhere
+            self._fixed_rows[a, j] = self._new_row(None)
+        self._num_rows[a, 0] = self._new_row(None)
+        return a
+
+    def _new_row(self, copy_of: int | None) -> int:
+        """A new bitset row: a copy of row ``copy_of``, or of the alive fids."""
+        r = self._n_rows
+        if r >= self._rows.shape[0]:  # rows come early and seldom: grow by a few, not by half again
+            rows = np.zeros((r + 64, self._rows.shape[1]), dtype=np.uint64)
+            rows[:r] = self._rows[:r]
+            self._rows = rows
+        self._rows[r] = self._alive if copy_of is None else self._rows[copy_of]
+        self._n_rows += 1
+        return r
+
+    def _cut(self, a: int, x: float) -> None:
+        """Make the number ``x`` a cut of attribute ``a`` when there is room."""
+        nc = int(self._num_ncuts[a])
+        if nc >= self._max_cuts:
+            return
+        cuts = self._num_cuts[a, :nc]
+        pos = int(np.searchsorted(cuts, x))
+        if pos < nc and cuts[pos] == x:
+            return
+        self._num_cuts[a, pos + 1 : nc + 1] = cuts[pos:nc].copy()
+        self._num_cuts[a, pos] = x
+        self._cut_sets[a].add(x)
+        split = int(self._num_rows[a, 2 * pos])  # the interval that x splits: three buckets now
+        old = self._num_rows[a, 2 * pos + 1 : 2 * nc + 1].copy()
+        self._num_rows[a, 2 * pos + 3 : 2 * nc + 3] = old
+        self._num_rows[a, 2 * pos + 1] = self._new_row(split)
+        self._num_rows[a, 2 * pos + 2] = self._new_row(split)
+        self._num_ncuts[a] = nc + 1
+
+    def _code(self, a: int, text: str) -> int:
+        """The interned code of a string literal of attribute ``a`` (new ones get a row)."""
+        codes = self._str_codes[a]
+        c = codes.get(text)
+        if c is None:
+            c = codes[text] = len(codes)
+            if c < self._str_rows.shape[1]:
+                self._str_rows[a, c] = self._new_row(int(self._fixed_rows[a, 4]))
+            self._str_count[a] = len(codes)
+        return c
+
+    def _fids_of(self, filters: list[Filter | str], parsed: dict[str, Filter]) -> npt.NDArray[np.int64]:
+        """The fid of each filter (texts that the text cache lacks are in ``parsed``)."""
+        if all(map(isinstance, filters, repeat(Filter))):
+            recs, slows, keys = self._compile_many(cast(list[Filter], filters))
+        else:
+            recs, slows, keys = self._compile_texts(filters, parsed)
+        # identical filters of the batch form one group, led by the first: found by key, then
+        # compared (by identity first: the compile cache shares records)
+        lead_of: dict[int, int] = {}
+        lead = list(map(lead_of.setdefault, keys, count()))
+        if not (all(map(eq, recs, map(recs.__getitem__, lead))) and all(map(eq, slows, map(slows.__getitem__, lead)))):
+            for i, j in enumerate(lead):  # a hash collision: a group of its own, not found by key
+                if j != i and (recs[i] != recs[j] or slows[i] != slows[j]):
+                    lead[i] = i
+        leads = sorted(set(lead))
+        fid_at = np.empty(len(recs), dtype=np.int64)
+        fid_at[leads] = self._fids_for([recs[i] for i in leads], [slows[i] for i in leads], [keys[i] for i in leads])
+        return fid_at[np.asarray(lead, dtype=np.int64)]
+
+    def _compile_texts(self, filters: list[Filter | str], parsed: dict[str, Filter]) -> _CompiledMany:
+        """``_compile_many`` of filters among which are texts (cached by text)."""
+        texts = self._text_memo
+        compiled: list[_Compiled] = []
+        to_compile: list[Filter] = []
+        where: list[int] = []
+        new_texts: list[tuple[int, str]] = []
+        none: _Compiled = ((), None, 0)
+        for filt in filters:
+            if isinstance(filt, str):
+                known = texts.get(filt)
+                if known is not None:
+                    compiled.append(known)
+                    continue
+                new_texts.append((len(compiled), filt))
+                filt = parsed[filt]  # parsed when queued, since the cache lacked it then
+            where.append(len(compiled))
+            to_compile.append(filt)
+            compiled.append(none)
+        for i, c in zip(where, zip(*self._compile_many(to_compile), strict=True), strict=True):
+            compiled[i] = c
+        for i, text in new_texts:
+            if len(texts) >= _MEMO_SIZE:
+                texts.clear()
+            texts[text] = compiled[i]
+        return list(map(_FIRST, compiled)), list(map(_SECOND, compiled)), list(map(_THIRD, compiled))
+
+    def _compile_many(self, filters: Sequence[Filter]) -> _CompiledMany:
+        """Each filter's predicate records sorted by attribute, the filter itself when Python must
+        check it (else None), and the dedup key (the hash of the records, and of the filter when
+        Python checks it).
+
+        A predicate's record is cached by its attribute, operator and literals (with the kind,
+        which tells apart equal literals such as ``1`` and ``true``). The work runs over the whole
+        batch at once, in C loops (``map``) that allocate little: a cache hit costs three lookups.
+        """
+        if self._memo_size >= _MEMO_SIZE:  # full: emptied before the next batch (it stops filling up)
+            self._pred_memo.clear()
+            self._memo_size = 0
+        preds = list(chain.from_iterable(map(_PREDICATES, filters)))
+        kinds = list(map(_KIND, preds))
+        by_attribute = map(self._pred_memo.__getitem__, map(_ATTRIBUTE, preds))
+        by_op = list(map(dict.__getitem__, by_attribute, map(_OP_NAME, preds)))  # defaultdicts: missing ones made
+        hits = list(map(dict.get, by_op, map(_VALUES, preds)))
+        if None in hits or not all(map(is_, map(_THIRD, cast(list[_Cached], hits)), kinds)):
+            room = _MEMO_SIZE - self._memo_size
+            for i in [i for i, hit in enumerate(hits) if hit is None or hit[2] is not kinds[i]]:
+                p = preds[i]
+                hit = by_op[i].get(p.values)  # cached by an earlier predicate of this batch?
+                if hit is None or hit[2] is not kinds[i]:
+                    hit = self._compile_predicate(p)
+                    if room > 0:
+                        by_op[i][p.values] = hit
+                        room -= 1
+                hits[i] = hit
+            self._memo_size = _MEMO_SIZE - room
+        cached = cast(list[_Cached], hits)
+        records = list(map(_FIRST, cached))
+        ends = list(accumulate(map(len, map(_PREDICATES, filters))))
+        starts = [0, *ends][:-1]
+        recs = list(map(tuple, map(sorted, map(records.__getitem__, map(slice, starts, ends)))))
+        if True not in map(_SECOND, cached):
+            return recs, [None] * len(recs), list(map(hash, recs))
+        slow_at = list(map(_SECOND, cached))
+        slows = [f if True in slow_at[i:j] else None for f, i, j in zip(filters, starts, ends, strict=True)]
+        return recs, slows, [hash(r) if f is None else hash((r, f)) for r, f in zip(recs, slows, strict=True)]
+
+    def _compile_predicate(self, p: Predicate) -> _Cached:
+        """The record of one predicate, whether Python must check it, and the kind of its literals.
+
+        New literals become cuts or string rows here, once: the record depends only on the
+        predicate (attribute indexes and string codes never change), so it is cached.
+        """
+        a = self._attr_of.get(p.attribute)
+        if a is None:
+            a = self._attr(p.attribute)
+        op, values, kind = p.op, p.values, p._kind
+        lists = op is Op.IN or op is Op.NOT_IN
+        if op is Op.EXISTS:
+            return (a << 8 | K.P_EXISTS << 4 | K.O_NONE, 0.0, 0.0, ()), False, kind
+        if kind is _NUMBER:
+            if not all(map(_exact_double, values)):
+                return (a << 8 | K.P_SLOW_NUMBER << 4 | K.O_NONE, 0.0, 0.0, ()), True, kind
+            nums = [float(v) for v in values]
+            cuts = self._cut_sets[a]
+            for x in nums:
+                if x not in cuts and len(cuts) < self._max_cuts:
+                    self._cut(a, x)
+            code = a << 8 | K.P_NUMBER << 4 | _OPS[op._name_]
+            if lists:
+                return (code, 0.0, 0.0, tuple(sorted(set(nums)))), False, kind
+            return (code, nums[0], nums[-1], ()), False, kind
+        if kind is Kind.BOOLEAN:
+            return (a << 8 | K.P_BOOL << 4 | _OPS[op._name_], 1.0 if values[0] else 0.0, 0.0, ()), False, kind
+        if op is Op.EQ or op is Op.NE or lists:
+            codes = [float(self._code(a, cast(str, v))) for v in values]
+            code = a << 8 | K.P_STRING << 4 | _OPS[op._name_]
+            if lists:
+                return (code, 0.0, 0.0, tuple(sorted(set(codes)))), False, kind
+            return (code, codes[0], 0.0, ()), False, kind
+        return (a << 8 | K.P_SLOW_STRING << 4 | K.O_NONE, 0.0, 0.0, ()), True, kind
+
+    def _fids_for(
+        self, recs: list[tuple[_Record, ...]], slows: list[Filter | None], keys: list[int]
+    ) -> npt.NDArray[np.int64]:
+        """The fid of each distinct compiled filter: an existing identical one, or a new one (no
+        members yet).
+
+        A fid is found by its key and then checked record by record against the predicate store
+        (``same_records``), so a hash collision is never a match.
+        """
+        n = len(recs)
+        cand = np.fromiter(map(self._fid_of_key.get, keys, repeat(-1)), dtype=np.int64, count=n)
+        offs = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, recs), dtype=np.int64, count=n), out=offs[1:])
+        flat = list(chain.from_iterable(recs))
+        r_code = np.fromiter(map(_FIRST, flat), dtype=np.int64, count=len(flat))
+        r_x = np.fromiter(map(_SECOND, flat), dtype=np.float64, count=len(flat))
+        r_y = np.fromiter(map(_THIRD, flat), dtype=np.float64, count=len(flat))
+        lits: list[float] = []
+        if any(map(_FOURTH, flat)):  # a list's literals: r_x and r_y say where in ``lits``
+            for r, rec in enumerate(flat):
+                if rec[3]:
+                    r_x[r], r_y[r] = len(lits), len(rec[3])
+                    lits.extend(rec[3])
+        r_lits = np.asarray(lits, dtype=np.float64)
+        same = np.empty(n, dtype=np.bool_)
+        K.same_records(cand, offs, r_code, r_x, r_y, r_lits, self._meta, self._p_code, self._p_ab, self._lit, same)
+        if self._slow:  # a slow fid is shared by equal filters only
+            for g in np.flatnonzero(same).tolist():
+                if slows[g] is not None and self._slow.get(int(cand[g])) != slows[g]:
+                    same[g] = False
+        if not same.all():
+            new = np.flatnonzero(~same)
+            cand[new] = self._new_fids(
+                [slows[g] for g in new.tolist()],
+                [keys[g] for g in new.tolist()],
+                same,
+                offs,
+                r_code,
+                r_x,
+                r_y,
+                r_lits,
+                _record_order(new, offs, r_code, r_x),
+            )
+        return cand
+
+    def _new_fids(
+        self,
+        slows: list[Filter | None],
+        keys: list[int],
+        same: npt.NDArray[np.bool_],
+        offs: npt.NDArray[np.int64],
+        r_code: npt.NDArray[np.int64],
+        r_x: npt.NDArray[np.float64],
+        r_y: npt.NDArray[np.float64],
+        r_lits: npt.NDArray[np.float64],
+        order: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.int64]:
+        """New fids for the groups that are not ``same`` (see ``same_records``), whose slow filters
+        and keys are ``slows`` and ``keys``: their records stored, their bit work pending.
+
+        The fids taken go to the groups in the order ``order`` (the lowest to ``order[0]``).
+        """
+        m, n_lits = K.new_records_size(same, offs, r_code, r_y)
+        start = self._p_used
+        if start + m > len(self._p_code):
+            if self._p_garbage > start // 2:
+                self._compact()
+                start = self._p_used
+            self._p_code = _grow(self._p_code, start + m)
+            self._p_ab = _grow(self._p_ab, start + m)
+        self._lit = _grow(self._lit, self._lit_used + n_lits)
+        # the fids: free ones first
+        k = len(keys)
+        free = self._free_fids
+        reused = free[max(0, len(free) - k) :][::-1]
+        del free[max(0, len(free) - k) :]
+        n_fids = self._n_fids
+        taken = np.sort(np.asarray(reused + list(range(n_fids, n_fids + k - len(reused))), dtype=np.int64))
+        if len(reused) < k:
+            self._grow_fids(n_fids + k - len(reused))
+        fids = np.empty(k, dtype=np.int64)
+        fids[order] = taken
+        fid_list = fids.tolist()
+        flags = np.asarray([0 if s is None else K.SLOW for s in slows], dtype=np.int32)
+        K.store_fids(
+            same, fids, flags, offs, r_code, r_x, r_y, r_lits, start, self._lit_used,
+            self._p_code, self._p_ab, self._lit, self._meta,
+        )  # fmt: skip
+        self._p_used = start + m
+        self._lit_used += n_lits
+        self._f_key[fids] = keys
+        fid_of_key = self._fid_of_key
+        keyed = [fid_of_key.setdefault(key, fid) == fid for key, fid in zip(keys, fid_list, strict=True)]
+        self._f_keyed[fids] = keyed  # on a hash collision the new fid simply is not shared
+        for fid, slow in zip(fid_list, slows, strict=True):
+            if slow is not None:
+                self._slow[fid] = slow
+        self._pending_set.extend(fid_list)
+        return fids
+
+    def _grow_fids(self, n_fids: int) -> None:
+        """Room for fids up to ``n_fids`` (per-fid arrays, and the bitset rows' words)."""
+        self._n_fids = n_fids
+        if n_fids > len(self._meta):
+            self._meta = _grow(self._meta, n_fids)
+            self._f_key = _grow(self._f_key, n_fids)
+            self._f_keyed = _grow(self._f_keyed, n_fids)
+        words = (len(self._meta) + 63) // 64
+        if words > self._rows.shape[1]:
+            rows = np.zeros((self._rows.shape[0], words), dtype=np.uint64)
+            rows[:, : self._rows.shape[1]] = self._rows
+            self._rows = rows
+            alive = np.zeros(words, dtype=np.uint64)
+            alive[: len(self._alive)] = self._alive
+            self._alive = alive
+            exact = np.zeros(words, dtype=np.uint64)
+            exact[: len(self._exact)] = self._exact
+            self._exact = exact
+
+    def _drop_fids(self, fids: npt.NDArray[np.int64]) -> None:
+        """Forget fids that have no subscription left (their bits are cleared at the next flush)."""
+        if not len(fids):
+            return
+        fid_of_key = self._fid_of_key
+        for key in self._f_key[fids[self._f_keyed[fids]]].tolist():
+            del fid_of_key[key]
+        if self._slow:
+            for fid in fids.tolist():
+                self._slow.pop(fid, None)
+        self._p_garbage += int(self._meta[fids, K.M_PCOUNT].sum())
+        self._m_garbage += int(self._meta[fids, K.M_MCAP].sum())
+        self._meta[fids] = 0
+        self._f_keyed[fids] = False
+        dropped = fids.tolist()
+        self._pending_clear.extend(dropped)
+        self._free_fids.extend(dropped)
+
+    def _compact(self) -> None:
+        """Squeeze the predicate store (and list literals) down to the live fids' records."""
+        live = np.flatnonzero(self._meta[: self._n_fids, K.M_PCOUNT] > 0)
+        counts = self._meta[live, K.M_PCOUNT].astype(np.int64)
+        starts = self._meta[live, K.M_PSTART].astype(np.int64)
+        total = int(counts.sum())
+        new_start = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) if len(live) else starts
+        idx = np.repeat(starts - new_start, counts) + np.arange(total)
+        self._p_code[:total] = self._p_code[idx]
+        self._p_ab[:total] = self._p_ab[idx]
+        self._meta[live, K.M_PSTART] = new_start
+        ops = self._p_code[:total] & 15
+        lists = np.flatnonzero((ops == K.O_IN) | (ops == K.O_NOT_IN))
+        lit = np.zeros(max(64, self._lit_used), dtype=np.float64)
+        used = 0
+        for i in lists.tolist():
+            x, y = int(self._p_ab[i, 0]), int(self._p_ab[i, 1])
+            lit[used : used + y] = self._lit[x : x + y]
+            self._p_ab[i, 0] = used
+            used += y
+        self._lit, self._lit_used = lit, used
+        self._p_used, self._p_garbage = total, 0
+
+    def flush(self) -> None:
+        """Apply the queued changes and their bit work now (``match`` does it too)."""
+        self._apply_queue()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Apply the bit work of the changes since the last match."""
+        touched = []
+        if self._pending_clear:
+            fids = np.unique(np.asarray(self._pending_clear, dtype=np.int64))
+            touched.append(fids >> 6)
+            self._pending_clear = []
+            K.clear_fid_bits(fids, self._rows, self._n_rows)
+            bits = ~(np.uint64(1) << (fids & 63).astype(np.uint64))
+            np.bitwise_and.at(self._alive, fids >> 6, bits)
+            np.bitwise_and.at(self._exact, fids >> 6, bits)
+        if self._pending_set:
+            fids = np.unique(np.asarray(self._pending_set, dtype=np.int64))
+            self._pending_set = []
+            fids = fids[self._meta[fids, K.M_MCOUNT] > 0]
+            touched.append(fids >> 6)
+            K.set_fid_bits(
+                fids,
+                len(self._attr_names),
+                self._fixed_rows,
+                self._str_rows,
+                self._str_count,
+                self._num_cuts,
+                self._num_ncuts,
+                self._num_rows,
+                self._rows,
+                self._meta,
+                self._p_code,
+                self._p_ab,
+                self._lit,
+            )
+            np.bitwise_or.at(self._alive, fids >> 6, np.uint64(1) << (fids & 63).astype(np.uint64))
+            fids = fids[self._meta[fids, K.M_FLAGS] == 0]
+            np.bitwise_or.at(self._exact, fids >> 6, np.uint64(1) << (fids & 63).astype(np.uint64))
+        self._summarize(np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64))
+        if self._packed_stale:
+            self._packed_stale = False
+            if self._packed_shared or len(self._m_start) < self._n_fids + 1:  # a Matches reads the old ones
+                self._m_start = np.empty(self._n_fids + self._n_fids // 8 + 64, dtype=np.int32)
+            if self._packed_shared or len(self._m_packed) < len(self._slot_of):
+                self._m_packed = np.empty(len(self._slot_of) + len(self._slot_of) // 8 + 64, dtype=np.int32)
+            self._packed_shared = False
+            K.pack_members(self._n_fids, self._meta, self._members, self._m_start, self._m_packed)
+
+    def _summarize(self, words: npt.NDArray[np.int64]) -> None:
+        """Bring the rows' summaries up to date: new rows whole, and ``words`` in every row."""
+        shape = (self._rows.shape[0], (self._rows.shape[1] + 63) // 64)
+        if self._summary.shape != shape or len(words) * 16 >= self._rows.shape[1]:
+            # the rows grew (seldom), or many words changed (row after row is faster): all again
+            if self._summary.shape != shape:
+                self._summary = np.zeros(shape, dtype=np.uint64)
+            K.summarize_rows(self._rows, 0, self._n_rows, self._summary)
+        else:
+            K.summarize_rows(self._rows, self._summarised_rows, self._n_rows, self._summary)  # new rows
+            if len(words):
+                K.summarize(self._rows, self._n_rows, words, self._summary)
+        self._summarised_rows = self._n_rows
+
+    # -- matching ---------------------------------------------------------------------------
+
+    def _encode(self, batch: EventBatch) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.float64], npt.NDArray[np.int8]]:
+        """The events as the kernels' kind/value/delta matrices over the index's attributes."""
+        n, m = len(batch), len(self._attr_names)
+        kinds = np.zeros((n, m), dtype=np.uint8)
+        vals = np.zeros((n, m), dtype=np.float64)
+        deltas = np.zeros((n, m), dtype=np.int8)
+        for name, (values, present) in batch.columns().items():
+            a = self._attr_of.get(name)
+            if a is not None:
+                _encode_column(values, present, self._str_codes[a], kinds[:, a], vals[:, a], deltas[:, a])
+        return kinds, vals, deltas
+
+    def match(self, events: EventBatch | Sequence[Mapping[str, object]]) -> Matches:
+        """Per event, the subscriptions it satisfies (exactly; ``Matches.ids`` names them)."""
+        batch = _as_batch(events)
+        self.flush()
+        kinds, vals, deltas = self._encode(batch)
+        n = len(batch)
+        n_attr = len(self._attr_names)
+        n_words = (self._n_fids + 63) // 64
+        # fid blocks whose rows (one slice per bucket) fit in L2 stay there while events stream by
+        block = max(8, min(n_words, self.cache_bytes // max(1, 8 * self._n_rows)))
+        row_of, path = K.event_rows(
+            kinds, vals, deltas, n_attr, self._fixed_rows, self._str_rows, self._num_cuts, self._num_ncuts,
+            self._num_rows, self._rows, self._n_rows, n_words, self._summary,
+        )  # fmt: skip
+        size = int(self._expected * n) + 1024
+        if len(self._hit_fid) < size:
+            self._hit_ev, self._hit_fid = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int32)
+        resume = np.zeros(5, dtype=np.int64)
+        while not K.match_listed(
+            row_of, path, n_attr, self._rows, n_words, self._summary, self._exact, kinds, vals, deltas, self._meta,
+            self._p_code, self._p_ab, self._lit, self._hit_ev, self._hit_fid, self._slow_pairs, resume,
+        ):  # fmt: skip
+            self._grow_hits(bool(resume[4]))
+        self._last_paths = np.bincount(path, minlength=3)
+        listed_only = bool(self._last_paths[K.LISTED] == n)
+        resume[1] = 0
+        while not listed_only and not K.match_hits(
+            row_of, path, n_attr, self._rows, n_words, block, self._exact, kinds, vals, deltas, self._meta,
+            self._p_code, self._p_ab, self._lit, self._hit_ev, self._hit_fid, self._slow_pairs, resume,
+        ):  # fmt: skip
+            self._grow_hits(bool(resume[4]))
+        hits, n_slow = int(resume[2]), int(resume[3])
+        if n:
+            self._expected = max(0.8 * self._expected, 1.1 * hits / n)
+        fid_offsets = np.empty(n + 1, dtype=np.int64)
+        if listed_only:  # event after event already
+            K.event_offsets(self._hit_ev, hits, fid_offsets)
+            fids = self._hit_fid[:hits].copy()
+        else:
+            fids = np.empty(hits, dtype=np.int32)
+            K.group_hits(self._hit_ev, self._hit_fid, hits, fid_offsets, fids)
+        if n_slow:
+            fid_offsets, fids = self._check_slow(batch, fid_offsets, fids, self._slow_pairs[:n_slow])
+        version = self._version
+
+        def ranker() -> Ranks:
+            if self._version != version:
+                raise RuntimeError("the index changed since this match: its slots name other subscriptions now")
+            if self._ranks is None or self._ranks[0] != version:
+                rank, by_rank = _name_ranks(self._names)
+                # each packed member's rank, in m_packed's order: read in order by ranked_members
+                packed = rank[self._m_packed[: int(self._m_start[self._n_fids])]].astype(np.int32)
+                self._ranks = (version, (rank, by_rank, packed))
+            return self._ranks[1]
+
+        self._packed_shared = True
+        return Matches(None, None, self._names, ranker, (fid_offsets, fids, self._m_start, self._m_packed))
+
+    def _grow_hits(self, slow: bool) -> None:
+        """Double the buffer that filled up: the slow pairs, or the (event, fid) hits."""
+        if slow:
+            self._slow_pairs = _grow(self._slow_pairs, 2 * len(self._slow_pairs))
+        else:
+            self._hit_ev = _grow(self._hit_ev, 2 * len(self._hit_ev))
+            self._hit_fid = _grow(self._hit_fid, 2 * len(self._hit_fid))
+
+    def _check_slow(
+        self,
+        batch: EventBatch,
+        fid_offsets: npt.NDArray[np.int64],
+        fids: npt.NDArray[np.int32],
+        pairs: npt.NDArray[np.int64],
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+        """Merge in the slow candidates ``(event, fid)`` that ``Filter.matches`` accepts."""
+        extra_e: list[int] = []
+        extra_f: list[int] = []
+        cache: dict[int, dict[str, object]] = {}
+        for e, fid in pairs.tolist():
+            attrs = cache.get(e)
+            if attrs is None:
+                attrs = cache[e] = batch.event(e)
+            if self._slow[fid].matches(attrs):
+                extra_e.append(e)
+                extra_f.append(fid)
+        if not extra_e:
+            return fid_offsets, fids
+        n = len(fid_offsets) - 1
+        events = np.concatenate((np.repeat(np.arange(n), np.diff(fid_offsets)), np.asarray(extra_e)))
+        merged = np.concatenate((fids, np.asarray(extra_f, dtype=np.int32)))
+        order = np.lexsort((merged, events))  # fid order within an event, as the kernels' hits
+        counts = np.bincount(events, minlength=n)
+        return np.concatenate(([0], np.cumsum(counts))).astype(np.int64), merged[order]
+
+    # -- introspection ----------------------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """Bytes held: the arrays, plus the id maps, strings and compile caches (estimated with
+        ``sys.getsizeof``), once the queued changes are applied."""
+        self._apply_queue()
+        arrays = sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
+        python = sys.getsizeof(self._slot_of) + sys.getsizeof(self._names) + sys.getsizeof(self._fid_of_key)
+        python += sum(sys.getsizeof(k) for k in self._slot_of) + 36 * len(self._slot_of) + 36 * len(self._fid_of_key)
+        python += sum(sys.getsizeof(d) for d in self._str_codes) + sys.getsizeof(self._free_slots)
+        memo = [d for by_op in self._pred_memo.values() for d in by_op.values()]
+        python += sum(sys.getsizeof(d) + sum(sys.getsizeof(r) for r, _, _ in d.values()) for d in memo)
+        python += sys.getsizeof(self._text_memo) + sum(sys.getsizeof(t) for t in self._text_memo)
+        return int(arrays + python)
+
+    def stats(self) -> dict[str, Any]:
+        """Sizes: subscriptions, distinct filters, attributes, bitset rows, bytes (total and per
+        subscription), and how the last ``match`` ANDed its events' rows (``paths``: events per
+        path, ``dense``, ``sparse`` or ``listed``; see ``routing.matching.kernels.event_rows``)."""
+        total = self.memory_bytes()
+        return {
+            "subscriptions": len(self._slot_of),
+            "distinct_filters": self._n_fids - len(self._free_fids),
+            "attributes": len(self._attr_names),
+            "rows": self._n_rows,
+            "bytes": total,
+            "bytes_per_subscription": total / max(1, len(self)),
+            "paths": dict(zip(("dense", "sparse", "listed"), self._last_paths.tolist(), strict=True)),
+        }
+
+
+def _encode_column(
+    values: npt.NDArray[Any],
+    present: npt.NDArray[np.bool_],
+    codes: dict[str, int],
+    kinds: npt.NDArray[np.uint8],
+    vals: npt.NDArray[np.float64],
+    deltas: npt.NDArray[np.int8],
+) -> None:
+    """Fill one attribute's kind/value/delta column from an event column."""
+    dt = values.dtype
+    if dt.kind == "b":
+        kinds[present] = K.K_BOOL
+        vals[present] = values[present]
+    elif dt.kind == "f":
+        v = values.astype(np.float64)
+        nan = np.isnan(v)
+        kinds[present] = K.K_NUMBER
+        kinds[present & nan] = K.K_NOVALUE
+        vals[present & ~nan] = v[present & ~nan]
+    elif dt.kind in "iu":
+        kinds[present] = K.K_NUMBER
+        vals[present] = values[present].astype(np.float64)
+        big = present & ((values > _DOUBLE_INTS) | (values < -_DOUBLE_INTS)) if len(values) else present
+        for i in np.flatnonzero(big).tolist():
+            vals[i], deltas[i] = _number_cell(int(values[i]))
+    elif dt.kind == "S":  # bytes are of no kind: only ``exists`` holds
+        kinds[present] = K.K_NOVALUE
+    elif dt.kind == "U":
+        idx = np.flatnonzero(present)
+        if len(idx):
+            uniq, inverse = np.unique(values[idx], return_inverse=True)
+            table = np.array([codes.get(str(u), -1) for u in uniq.tolist()], dtype=np.float64)
+            kinds[idx] = K.K_STRING
+            vals[idx] = table[inverse]
+    else:
+        for i in np.flatnonzero(present).tolist():
+            x = values[i]
+            if isinstance(x, bool | np.bool_):
+                kinds[i], vals[i] = K.K_BOOL, float(x)
+            elif isinstance(x, str):
+                kinds[i], vals[i] = K.K_STRING, codes.get(x, -1)
+            elif isinstance(x, int | np.integer):
+                x = int(x)
+                if -_DOUBLE_INTS <= x <= _DOUBLE_INTS:
+                    kinds[i], vals[i] = K.K_NUMBER, x
+                else:
+                    kinds[i] = K.K_NUMBER
+                    vals[i], deltas[i] = _number_cell(x)
+            elif isinstance(x, float | np.floating) and x == x:
+                kinds[i], vals[i] = K.K_NUMBER, float(x)
+            else:
+                kinds[i] = K.K_NOVALUE

@@ -1,0 +1,281 @@
+"""The subscription table of the matching job: record -> change, a versioned table, index replicas.
+
+The compacted topic ``siftstream.subscriptions.v1`` is a changelog of atomic and composite
+subscriptions. The matching job turns it into the set of active atomic filters in three pure steps:
+
+1. ``plan_change`` decides what one record does (a change, a rejection with its reason, or
+   nothing) from the record alone;
+2. ``SubscriptionTable`` holds ``subscription id -> filter text``; every effective change gets the
+   next version number, and the table remembers the changes since its last snapshot (its base), so
+   a reader that is a few versions behind can catch up from those deltas alone;
+3. ``IndexReplica`` keeps a ``MatchIndex`` equal to the table at some version: it catches up from
+   the deltas, or rebuilds from a snapshot when it is new, too far behind, or ahead (a reader of
+   another run).
+
+What a record does (``plan_change``)
+------------------------------------
+- a tombstone (null value) removes the subscription named by its key;
+- ``unsubscribe`` removes ``subscription_id`` (an unknown id is no change);
+- ``subscribe`` with an atomic ``filter`` that parses adds it or replaces the one with that id;
+- ``subscribe`` with a ``composite`` tree removes any atomic subscription of that id (the id now
+  names a composite subscription, which another job detects) and is otherwise skipped: not
+  matched here and not a dead letter;
+- a record that does not decode, breaks a rule of ``schemas.rules``, or whose filter does not
+  parse is rejected with the reason (the parser's message for filters: position, what was found,
+  what was expected) and changes nothing: an existing subscription of that id stays as it was.
+  This is the decision of the offline twin (``siftstream match``, SPEC.md section 3): a bad update
+  never silently unsubscribes anyone.
+
+Examples
+--------
+>>> table = SubscriptionTable()
+>>> outcome = plan_change(SubscriptionRecord(key="s1", op="subscribe", subscription_id="s1", filter="x > 1"))
+>>> outcome.change
+('s1', 'x > 1')
+>>> table.apply([outcome.change, ("s2", "y = 'a'"), ("s1", None), ("s3", None)])
+>>> dict(table.filters), table.version, [v for v, _, _ in table.deltas()]
+({'s2': "y = 'a'"}, 3, [1, 2, 3])
+>>> replica = IndexReplica()
+>>> replica.sync(0, lambda: [], table.deltas(), table.version)
+>>> replica.index.match([{"y": "a"}]).ids(0)
+['s2']
+>>> code, reason = plan_change(SubscriptionRecord(op="subscribe", subscription_id="s4", filter="x <")).rejection
+>>> print(code, reason)
+invalid_filter filter at position 3: expected a literal (number, 'string', true or false), found end of input
+  x <
+     ^
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from routing.matching.index import BruteForceIndex, MatchIndex
+from routing.matching.language import FilterError, parse_filter
+
+__all__ = [
+    "Change",
+    "Delta",
+    "IndexReplica",
+    "Outcome",
+    "SubscriptionRecord",
+    "SubscriptionTable",
+    "plan_change",
+]
+
+Change = tuple[str, str | None]
+"""``(subscription id, filter text)``; a filter of None removes the subscription."""
+
+Delta = tuple[int, str, str | None]
+"""``(version, subscription id, filter text or None)``: one effective change of a table."""
+
+
+@dataclass(frozen=True)
+class SubscriptionRecord:
+    """One record of the subscriptions topic, decoded (by ``streaming.decode`` or ``schemas.codec``).
+
+    Attributes
+    ----------
+    key : str or None
+        The Kafka key as text (None when absent or not UTF-8).
+    tombstone : bool
+        The Kafka value is null: a deletion on the compacted topic.
+    error_code, reason : str or None
+        The decoder's verdict when the value does not decode or breaks a rule; None when valid.
+    op : str or None
+        ``subscribe`` or ``unsubscribe``.
+    subscription_id, filter, composite, subscriber_id : str or None
+        The record's fields.
+    """
+
+    key: str | None = None
+    tombstone: bool = False
+    error_code: str | None = None
+    reason: str | None = None
+    op: str | None = None
+    subscription_id: str | None = None
+    filter: str | None = None
+    composite: str | None = None
+    subscriber_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one record does: a ``change`` to apply, a ``rejection`` ``(error_code, reason)`` for the
+    dead-letter topic, or neither (``skipped`` says it was a composite subscription)."""
+
+    change: Change | None = None
+    rejection: tuple[str, str] | None = None
+    skipped: bool = False
+
+
+def plan_change(record: SubscriptionRecord) -> Outcome:
+    """Decide what one subscriptions-topic record does (see the module docstring)."""
+    if record.tombstone:
+        return Outcome(change=(record.key, None)) if record.key is not None else Outcome()
+    if record.error_code is not None:
+        return Outcome(rejection=(record.error_code, record.reason or record.error_code))
+    sid = record.subscription_id
+    if sid is None:  # the decoder guarantees it for valid records; never trust that blindly
+        return Outcome(rejection=("invalid_value", "subscription_id is required"))
+    if record.op == "unsubscribe":
+        return Outcome(change=(sid, None))
+    if record.filter is None:
+        if record.composite is not None:
+            return Outcome(change=(sid, None), skipped=True)
+        return Outcome(rejection=("invalid_value", "a subscribe needs a filter or a composite tree"))
+    try:
+        parse_filter(record.filter)
+    except FilterError as exc:
+        return Outcome(rejection=("invalid_filter", f"filter {exc}"))
+    return Outcome(change=(sid, record.filter))
+
+
+class SubscriptionTable:
+    """``subscription id -> filter text``, versioned, with the changes since its last snapshot.
+
+    Parameters
+    ----------
+    rebase_min : int
+        ``due_for_snapshot`` holds once at least this many changes, and at least
+        ``rebase_fraction`` times the table's size, were made since the last snapshot: readers
+        then rebuild from a fresh snapshot instead of replaying a long list of deltas.
+    rebase_fraction : float
+        See ``rebase_min``.
+    """
+
+    def __init__(self, rebase_min: int = 1024, rebase_fraction: float = 0.25) -> None:
+        self._filters: dict[str, str] = {}
+        self._deltas: list[Delta] = []
+        self._version = 0
+        self._base_version = 0
+        self._rebase_min = rebase_min
+        self._rebase_fraction = rebase_fraction
+
+    @classmethod
+    def restore(
+        cls, filters: Mapping[str, str], version: int, rebase_min: int = 1024, rebase_fraction: float = 0.25
+    ) -> SubscriptionTable:
+        """A table holding ``filters`` at ``version``, with that version as its snapshot."""
+        table = cls(rebase_min, rebase_fraction)
+        table._filters = dict(filters)
+        table._version = table._base_version = version
+        return table
+
+    @property
+    def filters(self) -> Mapping[str, str]:
+        """The active subscriptions (a read-only view)."""
+        return MappingProxyType(self._filters)
+
+    @property
+    def version(self) -> int:
+        """The number of effective changes ever applied (restored tables continue the count)."""
+        return self._version
+
+    @property
+    def base_version(self) -> int:
+        """The version of the last snapshot: ``deltas()`` covers ``(base_version, version]``."""
+        return self._base_version
+
+    def __len__(self) -> int:
+        return len(self._filters)
+
+    def apply(self, changes: Iterable[Change]) -> None:
+        """Apply changes in order; removing an absent id, or setting the same text, is no change."""
+        for sid, filt in changes:
+            if filt is None:
+                if sid not in self._filters:
+                    continue
+                del self._filters[sid]
+            else:
+                if self._filters.get(sid) == filt:
+                    continue
+                self._filters[sid] = filt
+            self._version += 1
+            self._deltas.append((self._version, sid, filt))
+
+    def deltas(self, after: int | None = None) -> tuple[Delta, ...]:
+        """The changes since the snapshot (or since version ``after`` >= ``base_version``)."""
+        if after is None or after <= self._base_version:
+            return tuple(self._deltas)
+        if after > self._version:
+            raise ValueError(f"version {after} is ahead of the table (at {self._version})")
+        return tuple(self._deltas[after - self._base_version :])
+
+    def due_for_snapshot(self) -> bool:
+        """Whether enough changed since the last snapshot to take a new one (see the parameters)."""
+        n = len(self._deltas)
+        return n >= self._rebase_min and n >= self._rebase_fraction * len(self._filters)
+
+    def snapshot(self) -> None:
+        """Make the current state the base: forget the deltas."""
+        self._deltas.clear()
+        self._base_version = self._version
+
+
+class IndexReplica:
+    """A ``MatchIndex`` kept equal to a ``SubscriptionTable`` at a version, from snapshots and deltas.
+
+    Parameters
+    ----------
+    factory : callable
+        Makes an empty index (``MatchIndex``; tests pass ``BruteForceIndex``).
+    """
+
+    def __init__(self, factory: Callable[[], MatchIndex | BruteForceIndex] = MatchIndex) -> None:
+        self._factory = factory
+        self._index = factory()
+        self._version: int | None = None
+        self.rebuilds = 0
+
+    @property
+    def index(self) -> MatchIndex | BruteForceIndex:
+        return self._index
+
+    @property
+    def version(self) -> int | None:
+        """The table version the index equals (None before the first ``sync``)."""
+        return self._version
+
+    def sync(
+        self,
+        base_version: int,
+        load_base: Callable[[], Iterable[tuple[str, str]]],
+        deltas: Iterable[Delta],
+        version: int,
+    ) -> None:
+        """Bring the index to ``version``.
+
+        Parameters
+        ----------
+        base_version : int
+            The version of the snapshot that ``load_base`` returns.
+        load_base : callable
+            Returns the snapshot's ``(id, filter)`` pairs; called only when the replica must rebuild
+            (it is new, behind ``base_version``, or ahead of ``version``).
+        deltas : iterable of (version, id, filter or None)
+            The table's changes over ``(base_version, version]``, in version order.
+        version : int
+            The version to reach.
+        """
+        if self._version is None or self._version < base_version or self._version > version:
+            index = self._factory()
+            for base_id, base_filter in load_base():
+                index.add(base_id, base_filter)
+            self._index, self._version = index, base_version
+            self.rebuilds += 1
+        current = self._version
+        for v, sid, filt in deltas:
+            if v <= current:
+                continue
+            if filt is None:
+                if sid in self._index:
+                    self._index.remove(sid)
+            else:
+                self._index.add(sid, filt)
+            current = v
+        if current != version:
+            raise ValueError(f"the deltas reach version {current}, not {version}: some are missing")
+        self._version = version

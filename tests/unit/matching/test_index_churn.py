@@ -1,0 +1,249 @@
+"""Batches of subscription changes (``MatchIndex.apply``) against the oracle, ``BruteForceIndex.apply``.
+
+The streaming job applies the subscription changes of a micro-batch at once, so the index takes
+them as one list: adds, replaces and removes mixed, an id changed several times, ids that are not
+there removed, identical filters arriving together. Expectations come from ``BruteForceIndex``
+(``Filter.matches`` on every subscription, changes applied one by one) with the events as plain
+Python dicts; the few checks written by hand say why. The stateful test of single and batched
+changes is ``tests/unit/test_matching_index.py::IndexMachine``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from routing.matching.index import BruteForceIndex, MatchIndex
+from routing.matching.language import Filter, FilterError, parse_filter
+from tests.strategies import INDEX_IDS, index_events, index_filters
+
+PARITY = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+Change = tuple[str, Filter | str | None]
+CHANGES = st.tuples(st.sampled_from(INDEX_IDS), st.one_of(st.none(), index_filters(), index_filters().map(str)))
+
+
+def check_same(index: MatchIndex, oracle: BruteForceIndex, events: Sequence[dict[str, object]]) -> None:
+    """The index answers what the oracle answers, and holds the same ids."""
+    assert index.match(list(events)).all_ids() == oracle.match(list(events)).all_ids()
+    assert len(index) == len(oracle) == index.stats()["subscriptions"]
+    for sid in (*INDEX_IDS, "never added"):
+        assert (sid in index) == (sid in oracle), sid
+
+
+def apply_both(index: MatchIndex, oracle: BruteForceIndex, changes: Sequence[Change]) -> None:
+    index.apply(changes)
+    oracle.apply(changes)
+
+
+@PARITY
+@given(
+    batches=st.lists(st.lists(CHANGES, max_size=30), min_size=1, max_size=6),
+    events=st.lists(index_events(), min_size=1, max_size=15),
+    small_caps=st.booleans(),
+)
+def test_batches_against_the_oracle(
+    batches: list[list[Change]], events: list[dict[str, object]], small_caps: bool
+) -> None:
+    index = MatchIndex(max_cuts=1, max_strings=1) if small_caps else MatchIndex()
+    oracle = BruteForceIndex()
+    for batch in batches:
+        apply_both(index, oracle, batch)
+        check_same(index, oracle, events)
+
+
+@PARITY
+@given(
+    pool=st.lists(index_filters(), min_size=1, max_size=6),
+    events=st.lists(index_events(), min_size=1, max_size=10),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_batched_churn_over_a_few_filters_against_the_oracle(
+    pool: list[Filter], events: list[dict[str, object]], seed: int
+) -> None:
+    """Hundreds of subscriptions of a few filters churned in batches: member lists that grow
+    within one batch, freed slots and fids taken again, identical filters as objects and text."""
+    rng = random.Random(seed)
+    index, oracle = MatchIndex(), BruteForceIndex()
+    live: list[str] = []
+    for round_ in range(6):
+        batch: list[Change] = []
+        for i in range(rng.randrange(1, 400)):
+            if live and rng.random() < 0.5:
+                batch.append((live.pop(rng.randrange(len(live))), None))
+            else:
+                sid = f"r{round_}-{i}"
+                f = rng.choice(pool)
+                batch.append((sid, str(f) if rng.random() < 0.5 else f))
+                live.append(sid)
+        apply_both(index, oracle, batch)
+        assert index.match(events).all_ids() == oracle.match(events).all_ids()
+        assert len(index) == len(oracle) == len(live)
+
+
+def test_add_then_remove_within_one_batch() -> None:
+    index = MatchIndex()
+    index.apply([("a", "x = 1"), ("b", "x = 1"), ("a", None)])
+    assert index.match([{"x": 1}]).all_ids() == [["b"]]
+    assert len(index) == 1 and "a" not in index
+
+
+def test_remove_then_add_within_one_batch() -> None:
+    index = MatchIndex()
+    index.apply([("a", "x = 1")])
+    index.apply([("a", None), ("a", "x = 2"), ("b", None), ("b", "x = 1")])
+    assert index.match([{"x": 1}, {"x": 2}]).all_ids() == [["b"], ["a"]]
+    assert len(index) == 2
+
+
+@pytest.mark.parametrize("same", ["same object", "same text", "reparsed"])
+def test_replace_by_re_adding_within_one_batch(same: str) -> None:
+    f = parse_filter("x between 1 and 5 and s startswith 'ab'")
+    again = {"same object": f, "same text": str(f), "reparsed": parse_filter(str(f))}[same]
+    index = MatchIndex()
+    index.apply([("a", f), ("b", "x = 9")])
+    index.apply([("a", "x = 9"), ("a", again), ("b", "x = 2"), ("b", "x = 3")])
+    events: list[dict[str, object]] = [{"x": 2, "s": "abc"}, {"x": 3}, {"x": 9}]
+    assert index.match(events).all_ids() == [["a"], ["b"], []]
+    assert index.stats()["distinct_filters"] == 2  # a kept its filter; b's old one is gone
+
+
+def test_removing_unknown_ids_changes_nothing() -> None:
+    index = MatchIndex()
+    index.apply([("a", "x = 1"), ("zz", None)])
+    index.apply([("zz", None), ("a", None), ("a", None), ("never", None)])
+    assert len(index) == 0 and index.match([{"x": 1}]).all_ids() == [[]]
+    with pytest.raises(KeyError):
+        index.remove("a")
+
+
+@pytest.mark.parametrize(
+    "text", ["x > 1 and s in ('p', 'q')", "s startswith 'ab' and x = 18446744073709551617"], ids=["fast", "slow"]
+)
+def test_identical_filters_in_one_batch_share_one_distinct_filter(text: str) -> None:
+    f = parse_filter(text)
+    copies: list[Filter | str] = [f, f, text, str(f), parse_filter(text)]
+    index, oracle = MatchIndex(), BruteForceIndex()
+    apply_both(index, oracle, [(f"s{i}", c) for i, c in enumerate(copies)])
+    assert index.stats()["distinct_filters"] == 1
+    events: list[dict[str, object]] = [
+        {"x": 2, "s": "p"},
+        {"x": 18446744073709551617, "s": "abc"},
+        {"x": 2.0**64, "s": "abc"},  # the double next to it: not equal
+    ]
+    check_same(index, oracle, events)
+    apply_both(index, oracle, [(f"s{i}", None) for i in range(1, len(copies))])  # the shared one stays
+    check_same(index, oracle, events)
+    assert index.stats()["distinct_filters"] == 1
+
+
+def test_reordered_filters_in_one_batch() -> None:
+    """The same predicates in another order: one distinct filter when the kernels check it alone,
+    two when Python checks it (slow filters are shared only when equal); exact either way."""
+    fast, slow = "x > 1 and y = 'a'", "s endswith 'z' and x > 1"
+    index, oracle = MatchIndex(), BruteForceIndex()
+    apply_both(
+        index, oracle, [("f1", fast), ("f2", "y = 'a' and x > 1"), ("l1", slow), ("l2", "x > 1 and s endswith 'z'")]
+    )
+    assert index.stats()["distinct_filters"] == 3
+    check_same(index, oracle, [{"x": 2, "y": "a", "s": "az"}, {"x": 2, "s": "za"}, {"x": 1, "y": "a"}])
+
+
+def test_hash_collisions_are_never_shared() -> None:
+    """``hash(-1.0) == hash(-2.0)`` in CPython, so ``x = -1`` and ``x = -2`` get one key: the index
+    finds the other filter by that key and must tell them apart by their records."""
+    assert hash(-1.0) == hash(-2.0)
+    index, oracle = MatchIndex(), BruteForceIndex()
+    events: list[dict[str, object]] = [{"x": -1}, {"x": -2}, {"x": -1.5}]
+    apply_both(index, oracle, [("a", "x = -1"), ("b", "x = -2")])  # in one batch
+    check_same(index, oracle, events)
+    apply_both(index, oracle, [("c", "x = -2"), ("d", "x = -1")])  # each against the stored one
+    check_same(index, oracle, events)
+    apply_both(index, oracle, [("a", None), ("d", None), ("e", "x in (-1, -2)")])  # the keyed one goes
+    check_same(index, oracle, events)
+    apply_both(index, oracle, [("f", "x = -1"), ("g", "x = -2"), ("b", None)])
+    check_same(index, oracle, events)
+
+
+def test_a_bad_text_changes_nothing() -> None:
+    index = MatchIndex()
+    index.apply([("a", "x = 1")])
+    index.add("q", "x = 1")  # queued before the failing batch: stays queued
+    with pytest.raises(FilterError):
+        index.apply([("a", None), ("b", "x = 2"), ("c", "x <")])
+    assert sorted(sid for sid in ("a", "b", "c", "q") if sid in index) == ["a", "q"]
+    assert index.match([{"x": 1}, {"x": 2}]).all_ids() == [["a", "q"], []]
+
+
+def test_single_changes_queue_until_the_next_batch() -> None:
+    """``add`` and ``remove`` only queue; ``len``, ``in`` and ``remove``'s KeyError see the queue."""
+    index = MatchIndex()
+    index.add("a", "x = 1")
+    index.add("b", "x = 1")
+    index.remove("a")
+    assert len(index) == 1 and "a" not in index and "b" in index
+    with pytest.raises(KeyError):
+        index.remove("a")
+    assert index.stats()["subscriptions"] == 1  # stats applies the queue
+    index.add("a", "x = 2")
+    index.apply([("b", None)])  # the queue and the batch together
+    assert index.match([{"x": 1}, {"x": 2}]).all_ids() == [[], ["a"]]
+
+
+def test_lists_and_literals_of_new_filters_in_one_batch() -> None:
+    """New filters with list literals are stored together (each list kept apart), beside
+    filters that differ only in one literal of a list."""
+    texts = [
+        "x in (1, 2, 3)",
+        "x in (3, 2, 1)",  # the same list: shared
+        "x in (1, 2, 4)",
+        "x not in (1, 2) and s in ('a', 'b')",
+        "s not in ('b', 'c') and x in (7, 2)",
+        "s in ('a', 'b', 'c', 'd')",
+    ]
+    index, oracle = MatchIndex(), BruteForceIndex()
+    apply_both(index, oracle, [(f"s{i}", t) for i, t in enumerate(texts)])
+    assert index.stats()["distinct_filters"] == len(texts) - 1
+    events = [{"x": x, "s": s} for x in (1, 2, 3, 4, 7, 8) for s in ("a", "b", "c", "d", "e")]
+    check_same(index, oracle, events)
+    apply_both(index, oracle, [("s0", None), ("s2", None), ("t", texts[1]), ("u", "x in (4, 2, 1)")])
+    check_same(index, oracle, events)
+
+
+def test_long_churn_in_batches_against_the_oracle() -> None:
+    """Thousands of subscriptions churned in batches of a few hundred: the member pool and the
+    predicate store fill with garbage and are squeezed, fids and slots are taken again."""
+    rng = random.Random(5)
+    names = ["a", "b", "c", "d"]
+
+    def text() -> str:
+        parts = [
+            f"{n} {rng.choice(['=', '!=', '<', '>='])} {rng.randrange(6)}"
+            if rng.random() < 0.7
+            else f"{n} in ({rng.randrange(4)}, {rng.randrange(4, 8)})"
+            for n in rng.sample(names, rng.randrange(1, 4))
+        ]
+        return " and ".join(parts)
+
+    index, oracle = MatchIndex(), BruteForceIndex()
+    live: list[str] = []
+    events = [{n: rng.randrange(8) for n in names if rng.random() < 0.9} for _ in range(40)]
+    for round_ in range(30):
+        batch: list[Change] = []
+        for i in range(300):
+            if live and rng.random() < 0.5 - 0.3 * (len(live) < 500):
+                batch.append((live.pop(rng.randrange(len(live))), None))
+            else:
+                sid = f"c{round_}-{i}"
+                batch.append((sid, text()))
+                live.append(sid)
+        apply_both(index, oracle, batch)
+        if round_ % 5 == 4:
+            check_matches = index.match(events).all_ids() == oracle.match(events).all_ids()
+            assert check_matches, f"round {round_}"
+            assert len(index) == len(oracle) == index.stats()["subscriptions"] == len(live)

@@ -1,0 +1,208 @@
+"""The matching job's pure pieces: record -> change, the versioned table, index replicas, the store.
+
+Models are plain dicts (CONVENTIONS.md 7); expected matches come from ``BruteForceIndex`` over the
+model, never from the replica's own index.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from routing.matching.index import BruteForceIndex
+from routing.matching.language import parse_filter
+from routing.matching.table import IndexReplica, SubscriptionRecord, SubscriptionTable, plan_change
+from streaming.subscription_store import TableStore
+from tests.strategies import INDEX_IDS, index_events, index_filters
+
+# --- plan_change -------------------------------------------------------------------------------
+
+
+def _sub(**fields: object) -> SubscriptionRecord:
+    base: dict[str, object] = {"key": "s1", "op": "subscribe", "subscription_id": "s1"}
+    base.update(fields)
+    return SubscriptionRecord(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("record", "change", "code", "skipped"),
+    [
+        (_sub(filter="x > 1"), ("s1", "x > 1"), None, False),
+        (_sub(op="unsubscribe"), ("s1", None), None, False),
+        (SubscriptionRecord(key="s9", tombstone=True), ("s9", None), None, False),
+        (SubscriptionRecord(key=None, tombstone=True), None, None, False),
+        (_sub(composite='{"op": "or", "children": ["x = 1"]}'), ("s1", None), None, True),
+        (_sub(filter="x <"), None, "invalid_filter", False),
+        (_sub(filter="flag < true"), None, "invalid_filter", False),
+        (_sub(error_code="bad_framing", reason="value does not start with ..."), None, "bad_framing", False),
+        (_sub(error_code="invalid_value", reason="subscriber_id is required"), None, "invalid_value", False),
+        (_sub(), None, "invalid_value", False),
+    ],
+)
+def test_plan_change(record: SubscriptionRecord, change: object, code: str | None, skipped: bool) -> None:
+    outcome = plan_change(record)
+    assert outcome.change == change
+    assert (outcome.rejection[0] if outcome.rejection else None) == code
+    assert outcome.skipped == skipped
+
+
+def test_a_rejected_filter_carries_the_parsers_message() -> None:
+    outcome = plan_change(_sub(filter="region in ('eu', )"))
+    assert outcome.rejection is not None
+    code, reason = outcome.rejection
+    assert code == "invalid_filter"
+    assert "at position 17" in reason and "expected a literal" in reason and "region in ('eu', )" in reason
+
+
+def test_an_invalid_subscribe_leaves_the_existing_subscription() -> None:
+    table = SubscriptionTable()
+    for record in (_sub(filter="x > 1"), _sub(filter="x >"), _sub(error_code="malformed_body", reason="r")):
+        change = plan_change(record).change
+        if change is not None:
+            table.apply([change])
+    assert dict(table.filters) == {"s1": "x > 1"}
+
+
+# --- SubscriptionTable: a stateful test against a dict ------------------------------------------
+
+ids = st.sampled_from(INDEX_IDS[:8])
+texts = st.sampled_from(["a > 1", "b = 'x'", "c exists", "a > 1 and b = 'x'"])
+
+
+class TableMachine(RuleBasedStateMachine):
+    @initialize(rebase_min=st.integers(1, 6))
+    def setup(self, rebase_min: int) -> None:
+        self.table = SubscriptionTable(rebase_min=rebase_min, rebase_fraction=0.5)
+        self.model: dict[str, str] = {}
+        self.effective = 0
+        self.base: dict[str, str] = {}
+
+    @rule(changes=st.lists(st.tuples(ids, st.one_of(st.none(), texts)), max_size=5))
+    def apply(self, changes: list[tuple[str, str | None]]) -> None:
+        for sid, text in changes:
+            before = dict(self.model)
+            if text is None:
+                self.model.pop(sid, None)
+            else:
+                self.model[sid] = text
+            self.effective += before != self.model
+        self.table.apply(changes)
+
+    @rule()
+    def snapshot(self) -> None:
+        if self.table.due_for_snapshot() or len(self.table.deltas()) > 10:
+            self.table.snapshot()
+            self.base = dict(self.model)
+
+    @invariant()
+    def same_as_the_model(self) -> None:
+        assert dict(self.table.filters) == self.model
+        assert self.table.version == self.effective
+
+    @invariant()
+    def base_plus_deltas_is_the_table(self) -> None:
+        state = dict(self.base)
+        versions = []
+        for v, sid, text in self.table.deltas():
+            versions.append(v)
+            if text is None:
+                del state[sid]
+            else:
+                state[sid] = text
+        assert state == self.model
+        assert versions == list(range(self.table.base_version + 1, self.table.version + 1))
+        assert self.table.deltas(after=self.table.version) == ()
+
+
+TestTable = TableMachine.TestCase
+TestTable.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+# --- IndexReplica: readers that sync at random points equal the table ----------------------------
+
+changes = st.lists(st.tuples(ids, st.one_of(st.none(), index_filters().map(str))), max_size=8)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rounds=st.lists(st.tuples(changes, st.booleans(), st.lists(st.booleans(), min_size=3, max_size=3)), max_size=6),
+    events=st.lists(index_events(), min_size=1, max_size=6),
+)
+def test_replicas_synced_at_any_point_match_like_the_oracle_over_the_table(
+    rounds: list[tuple[list[tuple[str, str | None]], bool, list[bool]]], events: list[dict[str, object]]
+) -> None:
+    table = SubscriptionTable(rebase_min=3, rebase_fraction=0.0)
+    snapshot: dict[str, str] = {}
+    base_version = 0
+    replicas = [IndexReplica() for _ in range(3)]
+    for batch, rebase, who_syncs in rounds:
+        table.apply(batch)
+        if rebase:  # as the job's shipper does: a fresh snapshot broadcast at the current version
+            table.snapshot()
+            snapshot, base_version = dict(table.filters), table.version
+        frozen = dict(snapshot)
+        for replica, syncs in zip(replicas, who_syncs, strict=True):
+            if syncs:
+                replica.sync(base_version, lambda f=frozen: f.items(), table.deltas(after=base_version), table.version)
+    oracle = BruteForceIndex()
+    for sid, text in table.filters.items():
+        oracle.add(sid, parse_filter(text))
+    expected = oracle.match(events).all_ids()
+    for replica in replicas:
+        replica.sync(base_version, lambda: snapshot.items(), table.deltas(after=base_version), table.version)
+        assert replica.version == table.version
+        assert replica.index.match(events).all_ids() == expected
+
+
+def test_a_replica_rebuilds_only_when_it_must() -> None:
+    table = SubscriptionTable()
+    table.apply([("s1", "a > 1"), ("s2", "b = 2")])
+    replica = IndexReplica(BruteForceIndex)
+    replica.sync(0, lambda: [], table.deltas(), table.version)
+    assert replica.rebuilds == 1
+    table.apply([("s1", None)])
+    replica.sync(0, lambda: pytest.fail("an up-to-date replica must not load the snapshot"), table.deltas(), 3)
+    assert replica.rebuilds == 1 and "s1" not in replica.index
+    replica.sync(0, lambda: [("s1", "a > 1"), ("s2", "b = 2")], table.deltas()[:2], 2)  # ahead: another run
+    assert replica.rebuilds == 2 and "s1" in replica.index
+    with pytest.raises(ValueError, match="missing"):
+        replica.sync(2, lambda: [], (), 3)
+
+
+# --- TableStore ---------------------------------------------------------------------------------
+
+
+def test_store_restores_any_batch_from_snapshot_and_deltas(tmp_path: Path) -> None:
+    store = TableStore(tmp_path)
+    table = SubscriptionTable()
+    states = {}
+    plan = {0: [("s1", "a > 1")], 1: [], 2: [("s2", "b = 'x'"), ("s1", None)], 3: [("s3", "c exists")], 4: []}
+    for b, batch in plan.items():
+        table.apply(batch)
+        offsets = {0: b * 10, 1: b}
+        if b in (1, 3):
+            store.save_snapshot(b, table.filters, table.version, offsets)
+        else:
+            store.save_delta(b, batch, table.version, offsets)
+        states[b] = (dict(table.filters), table.version, offsets)
+    for b in range(1, 5):  # 0 was pruned with the snapshot at 3 (restores need at most the last two)
+        loaded = store.load(b)
+        assert loaded is not None
+        restored, offsets = loaded
+        assert (dict(restored.filters), restored.version, offsets) == states[b]
+    assert store.load(-1) is not None and len(store.load(-1)[0]) == 0  # type: ignore[index]
+    assert store.load(5) is None
+    (tmp_path / "delta-4.json").unlink()
+    assert store.load(4) is None
+
+
+def test_store_rejects_files_that_do_not_belong_together(tmp_path: Path) -> None:
+    store = TableStore(tmp_path)
+    store.save_delta(0, [("s1", "a > 1")], 1, {0: 1})
+    store.save_delta(1, [("s1", None)], 7, {0: 2})  # says version 7 where the changes give 2
+    assert store.load(0) is not None
+    assert store.load(1) is None

@@ -1,0 +1,160 @@
+"""The routes job's planner: instance from the stream, first plan, drift, hysteresis, policy, state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from routing.monitors.routes import PlannerConfig, RoutePlanner
+from routing.planning.check import check_plan
+from routing.planning.distribution import Plan
+
+PERIOD = 1_000
+
+
+def ring(costs: dict[tuple[str, str], float] | None = None) -> list[tuple[str, dict[str, Any] | None]]:
+    """Four brokers in a ring (b1-b2-b3-b4-b1), publisher p1 at b1, subscribers s1 at b3 and s2 at b2."""
+    costs = costs or {}
+    records: list[tuple[str, dict[str, Any] | None]] = [(b, {"kind": "broker"}) for b in ("b1", "b2", "b3", "b4")]
+    records += [("p1", {"kind": "publisher", "broker": "b1"}), ("s1", {"kind": "subscriber", "broker": "b3"})]
+    edges = [("b1", "b2"), ("b2", "b3"), ("b3", "b4"), ("b4", "b1")]
+    for u, v in edges + [(v, u) for u, v in edges] + [("p1", "b1"), ("b3", "s1")]:
+        records.append((f"{u}->{v}", {"kind": "link", "from": u, "to": v, "cost": costs.get((u, v), 1.0)}))
+    return records
+
+
+def planner(**overrides: Any) -> RoutePlanner:
+    cfg = {"check_period_ms": PERIOD, "rate_window_ms": PERIOD, "drift": 0.25, "sustain": 2, "min_saving": 0.05}
+    p = RoutePlanner(PlannerConfig(**{**cfg, **overrides}))
+    p.apply_topology(ring())
+    p.apply_subscriptions([("sub-1", "s1", "b3", "price < 10"), ("sub-2", "s2", "b2", "price < 10")])
+    return p
+
+
+def feed(p: RoutePlanner, start_s: int, seconds: int, per_s: int, sids: list[str] | None = None) -> None:
+    """``per_s`` matched events a second from p1 for ``seconds`` seconds starting at ``start_s``."""
+    n = seconds * per_s
+    times = [start_s * 1000 + i * 1000 / per_s for i in range(n)]
+    p.add_matches(["p1"] * n, times, [sids or ["sub-1", "sub-2"]] * n)
+
+
+def test_first_plan_serves_every_subscriber_at_its_cost() -> None:
+    p = planner()
+    feed(p, 0, 1, 4)
+    records = p.advance(PERIOD)
+    assert [r["version"] for r in records] == [1]
+    rec = records[0]
+    assert rec["reasons"] == ["first plan"] and rec["previous_cost"] is None and rec["feasible"]
+    inputs = p.inputs(PERIOD)
+    assert inputs.rates == {"p1|price < 10": pytest.approx(4.0)}
+    plan = Plan.from_json(rec)
+    assert check_plan(inputs.instance, plan).ok
+    # p1->b1, b1->b2, b2->s2 (cost 0, s2 is known only from its subscription), b2->b3, b3->s1:
+    # 4 events/s over 4 unit links
+    assert rec["cost"] == pytest.approx(16.0)
+    assert {(t["from"], t["to"]) for t in rec["transmissions"]} >= {("p1", "b1"), ("b1", "b2"), ("b2", "b3")}
+
+
+def test_stable_rates_do_not_replan() -> None:
+    p = planner()
+    out = []
+    for s in range(10):
+        feed(p, s, 1, 4 + (s % 2))  # 4 or 5 a second: within the 25% drift
+        out += p.advance((s + 1) * PERIOD)
+    assert [r["version"] for r in out] == [1]
+
+
+def test_a_one_period_spike_does_not_replan_but_a_sustained_change_does() -> None:
+    p = planner()
+    out = []
+    rates = [4, 4, 12, 4, 4, 12, 12, 12]
+    for s, rate in enumerate(rates):
+        feed(p, s, 1, rate)
+        out += p.advance((s + 1) * PERIOD)
+    assert [r["version"] for r in out] == [1, 2]
+    replan = out[1]
+    assert replan["planned_at"] == 7 * PERIOD  # the second 12/s period in a row
+    assert "rate of p1|price < 10 moved +200%" in replan["reasons"][0]
+    # the same routes carry three times the flow: kept, and re-costed
+    assert any("kept the current routes" in r for r in replan["reasons"])
+    assert replan["previous_cost"] == pytest.approx(48.0) and replan["cost"] == pytest.approx(48.0)
+    assert replan["transmissions"] == out[0]["transmissions"]
+
+
+def test_structural_change_replans_at_once_and_a_broken_route_is_replaced() -> None:
+    p = planner()
+    feed(p, 0, 1, 4)
+    first = p.advance(PERIOD)[0]
+    p.apply_topology([("b2->b3", None)])  # the link the plan uses to reach s1
+    feed(p, 1, 1, 4)
+    second = p.advance(2 * PERIOD)
+    assert [r["version"] for r in second] == [2]
+    rec = second[0]
+    assert any(r.startswith("links changed (+0 / -1)") for r in rec["reasons"])
+    assert "the current routes no longer serve every interest" in rec["reasons"]
+    assert ("b2", "b3") not in {(t["from"], t["to"]) for t in rec["transmissions"]}
+    assert check_plan(p.inputs(2 * PERIOD).instance, Plan.from_json(rec)).ok
+    assert rec["cost"] > first["cost"]
+
+
+def test_new_subscription_replans_and_unsubscribe_drops_its_flow() -> None:
+    p = planner()
+    feed(p, 0, 1, 4, ["sub-1"])
+    p.advance(PERIOD)
+    p.apply_subscriptions([("sub-3", "s3", "b4", "price > 100")])
+    feed(p, 1, 1, 4, ["sub-1"])
+    p.add_matches(["p1"] * 2, [1100.0, 1600.0], [["sub-3"]] * 2)
+    rec = p.advance(2 * PERIOD)[0]
+    assert "p1|price > 100" in {t["event"] for t in rec["transmissions"]}
+    p.apply_subscriptions([("sub-3", None, None, None)])
+    feed(p, 2, 1, 4, ["sub-1"])
+    rec = p.advance(3 * PERIOD)[0]
+    assert "p1|price > 100" not in {t["event"] for t in rec["transmissions"]}
+
+
+def test_policy_forbids_a_publishers_events_on_a_link_and_can_make_the_plan_infeasible() -> None:
+    p = planner()
+    p.apply_topology([("b1->b2", {"kind": "link", "from": "b1", "to": "b2", "cost": 1.0, "forbidden_events": ["p1"]})])
+    feed(p, 0, 1, 4)
+    rec = p.advance(PERIOD)[0]
+    assert rec["feasible"] and ("b1", "b2") not in {(t["from"], t["to"]) for t in rec["transmissions"]}
+    p.apply_topology([("b4->b1", None), ("b1->b4", None)])  # now b1's only way out is forbidden
+    feed(p, 1, 1, 4)
+    rec = p.advance(2 * PERIOD)[0]
+    assert not rec["feasible"] and rec["cost"] is None
+    assert any("no policy-allowed path from p1" in r for r in rec["reasons"])
+
+
+def test_measured_delays_steer_routes_when_links_cost_their_delay() -> None:
+    p = planner(link_cost="delay", sustain=1)
+    feed(p, 0, 1, 4, ["sub-1"])
+    first = p.advance(PERIOD)[0]
+    used = {(t["from"], t["to"]) for t in first["transmissions"]}
+    # the route via b2 gets slow; via b4 stays fast
+    slow = ("b1", "b2") if ("b1", "b2") in used else ("b1", "b4")
+    fast = ("b1", "b4") if slow == ("b1", "b2") else ("b1", "b2")
+    feed(p, 1, 1, 4, ["sub-1"])
+    p.add_link_samples([slow[0], fast[0]], [slow[1], fast[1]], [1500.0, 1500.0], [50.0, 1.0])
+    rec = p.advance(2 * PERIOD)[0]
+    assert f"cost of link {slow[0]}->{slow[1]} moved" in " ".join(rec["reasons"])
+    assert fast in {(t["from"], t["to"]) for t in rec["transmissions"]}
+
+
+def test_state_round_trip_continues_identically() -> None:
+    a = planner()
+    feed(a, 0, 3, 4)
+    a.advance(3 * PERIOD)
+    b = RoutePlanner.from_bytes(a.to_bytes())
+    outs = []
+    for p in (a, b):
+        feed(p, 3, 4, 12)
+        outs.append(p.advance(7 * PERIOD))
+    assert outs[0] == outs[1] and outs[0]
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="multiple of"):
+        PlannerConfig(check_period_ms=1000, rate_window_ms=1500)
+    with pytest.raises(ValueError, match="method must be one of"):
+        PlannerConfig(method="fast")

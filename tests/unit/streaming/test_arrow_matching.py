@@ -1,0 +1,201 @@
+"""The executor side of the matching job over plain pyarrow batches (no JVM): the typed attribute
+maps become the same events, Kafka values decode with the validation job's verdicts, and
+``match_batches`` answers like the oracle."""
+
+from __future__ import annotations
+
+import datetime
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from producers.events import EventGenerator
+from producers.faults import FAULTS, corrupt
+from routing.matching.index import BruteForceIndex
+from routing.matching.table import SubscriptionTable
+from schemas.codec import codec_for, decode
+from schemas.rules import classify
+from streaming import arrow_matching
+from streaming.arrow_matching import INPUT_COLUMNS, VALUE_KINDS, ShipState, Targets, event_batch, match_batches
+from tests.strategies import INDEX_IDS, index_filters, wire_events
+
+_MAP_TYPES = {
+    "longs": pa.map_(pa.string(), pa.int64()),
+    "doubles": pa.map_(pa.string(), pa.float64()),
+    "strings": pa.map_(pa.string(), pa.string()),
+    "booleans": pa.map_(pa.string(), pa.bool_()),
+}
+
+
+def _maps(events: list[dict[str, Any] | None]) -> dict[str, pa.Array]:
+    """The four map columns as Spark hands them to ``mapInArrow`` (None: a rejected row)."""
+    wire = [None if e is None else codec_for("Event").to_wire(e)["attributes"] for e in events]
+    return {
+        k: pa.array([None if w is None else list(w[k].items()) for w in wire], type=_MAP_TYPES[k]) for k in VALUE_KINDS
+    }
+
+
+def _typed(attrs: dict[str, object]) -> dict[str, tuple[type, object]]:
+    return {k: (type(v), v) for k, v in attrs.items()}
+
+
+@settings(max_examples=80, deadline=None)
+@given(events=wire_events(), rejected=st.lists(st.booleans(), max_size=12))
+def test_the_maps_become_the_same_events(events: list[dict[str, Any]], rejected: list[bool]) -> None:
+    rows = [None if i < len(rejected) and rejected[i] else e for i, e in enumerate(events)]
+    batch = event_batch(_maps(rows), len(rows))
+    for i, row in enumerate(rows):
+        expected = {} if row is None else row["attributes"]
+        assert _typed(batch.event(i)) == _typed(expected)
+
+
+def test_sliced_and_chunked_columns() -> None:
+    events = [{"event_id": f"e{i}", "publisher_id": "p", "published_at": 0, "lifetime_ms": 0,
+               "attributes": {"x": i, "s": f"v{i}"}} for i in range(6)]  # fmt: skip
+    maps = _maps(events)
+    sliced = {k: v.slice(2, 3) for k, v in maps.items()}
+    assert [event_batch(sliced, 3).event(i) for i in range(3)] == [e["attributes"] for e in events[2:5]]
+    chunked = {k: pa.chunked_array([v.slice(0, 2), v.slice(2)]) for k, v in maps.items()}
+    assert [event_batch(chunked, 6).event(i) for i in range(6)] == [e["attributes"] for e in events]
+
+
+def _record_batch(rows: list[dict[str, Any] | None]) -> pa.RecordBatch:
+    """Kafka rows of the events topic as the job hands them to ``mapInArrow`` (None: a value that
+    does not decode)."""
+    n = len(rows)
+    ts = pa.array([datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)] * n, type=pa.timestamp("us", tz="UTC"))
+    codec = codec_for("Event")
+    cols: dict[str, pa.Array] = {
+        "key": pa.array([r["publisher_id"].encode() if r else b"k" for r in rows], type=pa.binary()),
+        "value": pa.array([codec.encode(r) if r else b"\x00" for r in rows], type=pa.binary()),
+        "partition": pa.array([0] * n, type=pa.int32()),
+        "offset": pa.array(range(n), type=pa.int64()),
+        "timestamp": ts,
+    }
+    return pa.RecordBatch.from_pydict({name: cols[name] for name in INPUT_COLUMNS})
+
+
+TARGETS = Targets("events", "matches", "dead")
+
+
+def _written(out: list[pa.RecordBatch]) -> list[tuple[str, bytes, bytes]]:
+    """The Kafka rows ``match_batches`` returned: (topic, key, value)."""
+    assert all(rb.schema.names == ["topic", "key", "value"] for rb in out)
+    return [
+        row for rb in out for row in zip(*(rb.column(c).to_pylist() for c in ("topic", "key", "value")), strict=True)
+    ]
+
+
+def _expected_rows(
+    rows: list[dict[str, Any] | None], ids: list[list[str]], offsets: list[int]
+) -> list[tuple[str, bytes, bytes | None]]:
+    """A ``Match`` keyed by event id for each good row; for each bad one (None) a dead letter keyed
+    by its coordinates (its value is checked apart)."""
+    return [
+        ("matches", r["event_id"].encode(), _match_bytes(r, e)) if r else ("dead", f"events/0/{o}".encode(), None)
+        for r, e, o in zip(rows, ids, offsets, strict=True)
+    ]
+
+
+def _match_bytes(event: dict[str, Any], ids: list[str]) -> bytes:
+    """What ``schemas.codec`` writes for the event's ``Match`` record."""
+    fields = {k: event[k] for k in ("event_id", "publisher_id", "published_at")}
+    return codec_for("Match").encode({**fields, "subscription_ids": ids})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    subs=st.dictionaries(st.sampled_from(INDEX_IDS), index_filters().map(str), max_size=12),
+    later=st.dictionaries(st.sampled_from(INDEX_IDS), st.one_of(st.none(), index_filters().map(str)), max_size=6),
+    events=wire_events(),
+    rejected=st.lists(st.booleans(), max_size=12),
+)
+def test_match_batches_answers_like_the_oracle_as_the_table_changes(
+    subs: dict[str, str], later: dict[str, str | None], events: list[dict[str, Any]], rejected: list[bool]
+) -> None:
+    arrow_matching._REPLICAS.clear()
+    rows = [None if i < len(rejected) and rejected[i] else e for i, e in enumerate(events)]
+    table = SubscriptionTable()
+    table.apply(subs.items())
+    base = SimpleNamespace(value=dict(table.filters))
+    base_version = table.version
+    for step in range(2):  # the same worker, two micro-batches: a rebuild, then deltas only
+        if step == 1:
+            table.apply(later.items())
+        ship = ShipState("job", "match", base_version, base, table.deltas(after=base_version), table.version)
+        out = list(match_batches(ship, TARGETS, iter([_record_batch(rows[:5]), _record_batch(rows[5:])])))
+        oracle = BruteForceIndex()
+        for sid, text in table.filters.items():
+            oracle.add(sid, text)
+        expected = oracle.match([r["attributes"] if r else {} for r in rows]).all_ids()
+        offsets = list(range(min(5, len(rows)))) + list(range(max(0, len(rows) - 5)))
+        got = _written(out)
+        assert [(t, k, v if t == "matches" else None) for t, k, v in got] == _expected_rows(rows, expected, offsets)
+        for (t, _, v), o in zip(got, offsets, strict=True):
+            if t == "dead":
+                assert decode(v, "DeadLetter")[1]["error_code"] == "bad_framing"
+                assert decode(v, "DeadLetter")[1]["source_offset"] == o
+    if rows:
+        assert arrow_matching._REPLICAS["job"].rebuilds == 1
+
+
+@pytest.mark.parametrize("kind", ["match", "brute-force"])
+def test_match_values_of_sliced_batches_in_chunks(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many ids per event (multi-byte length varints, a non-ASCII id, counts past 63), events
+    that match nothing, rejected rows, a sliced input batch (Arrow offsets not at 0), and an
+    output split into pieces when the records would overflow a binary column (made small here)."""
+    arrow_matching._REPLICAS.clear()
+    filters = {f"s{i:03d}" + "x" * (i % 150): f"x > {i % 97}" for i in range(300)} | {"é": "x = 5"}
+    table = SubscriptionTable()
+    table.apply(filters.items())
+    ship = ShipState("chunks", kind, table.version, SimpleNamespace(value=dict(table.filters)), (), table.version)
+    rows: list[dict[str, Any] | None] = [
+        None if i % 7 == 3 else
+        {"event_id": f"e{i}" * (i % 40 + 1), "publisher_id": "pub", "published_at": 10**12 + i * (-1) ** i,
+         "lifetime_ms": 0, "attributes": {"x": i * 3 % 120}}
+        for i in range(40)
+    ]  # fmt: skip
+    batch = _record_batch([None, *rows, None]).slice(1, len(rows))
+    monkeypatch.setattr(arrow_matching, "_MAX_CHUNK_BYTES", 40_000)
+    out = list(match_batches(ship, TARGETS, iter([batch])))
+    assert len(out) > 2  # split
+    assert all(rb.column("value").nbytes < 45_000 for rb in out)
+    oracle = BruteForceIndex()
+    for sid, text in filters.items():
+        oracle.add(sid, text)
+    expected = oracle.match([r["attributes"] if r else {} for r in rows]).all_ids()
+    got = _written(out)
+    offsets = list(range(1, len(rows) + 1))
+    assert [(t, k, v if t == "matches" else None) for t, k, v in got] == _expected_rows(rows, expected, offsets)
+    assert any(len(e) > 64 for e in expected) and any(not e for e, r in zip(expected, rows, strict=True) if r)
+    assert all(decode(v, "DeadLetter")[1]["value"] == b"\x00" for t, _, v in got if t == "dead")
+
+
+def test_kafka_values_get_the_validation_jobs_verdict_and_good_ones_their_fields() -> None:
+    """Every fault kind, a tombstone, events with non-ASCII text (referred by the fast path, good)
+    and plain events in one Arrow batch: ``decode_rows`` gives ``classify``'s verdict to each, and
+    the good ones' fields and attributes are the reference decoder's."""
+    rng = random.Random(11)
+    codec = codec_for("Event")
+    events = EventGenerator(publishers=3, seed=11).batch(30, 1_700_000_000_000)
+    events[3]["attributes"]["city"] = "Zürich"
+    events[4]["event_id"] = "é-4"
+    values: list[bytes | None] = [codec.encode(e) for e in events]
+    values += [corrupt(kind, rng, events[i])[0] for i, kind in enumerate(sorted(FAULTS))] + [None]
+    decoded = arrow_matching.decode_rows(pa.array(values, pa.binary()))
+    verdicts = [classify(v, "Event") for v in values]
+    assert list(zip(decoded.error_code, decoded.reason, strict=True)) == verdicts
+    assert decoded.good.tolist() == [code is None for code, _ in verdicts]
+    assert [c for c, _ in verdicts[30:]] == [FAULTS[k] for k in sorted(FAULTS)] + ["bad_framing"]
+    batch = decoded.batch()
+    for i, e in enumerate(events):
+        assert _typed(batch.event(i)) == _typed(e["attributes"])
+        start, length = decoded.event_id[0][i], decoded.event_id[1][i]
+        assert decoded.data[start : start + length].tobytes().decode() == e["event_id"]
+        assert decoded.published_at[i] == e["published_at"]
+    assert all(batch.event(i) == {} for i in range(30, len(values)))
