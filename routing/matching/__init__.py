@@ -1,1 +1,88 @@
-"""routing.matching."""
+"""Content matching: the filter language, the matching index and the live subscription table.
+
+An event matches a subscription when it satisfies every predicate of the subscription's filter
+(a conjunction such as ``price < 120 and symbol = 'IBM'``; docs/reference/filters.md). This
+family turns filter text into :class:`Filter` objects, keeps thousands to millions of them in
+an index that matches batches of events at once, and keeps the table of live subscriptions that
+the matching job updates from the subscriptions topic.
+
+Modules
+-------
+language
+    The filter language: parser (:func:`parse_filter`, :class:`FilterError` with the position),
+    predicates, evaluation, and covering/overlap between filters.
+index
+    :class:`MatchIndex` (bitset rows per attribute bucket, compiled kernels) and its oracle
+    :class:`BruteForceIndex`, both taking :class:`EventBatch` and returning :class:`Matches`.
+kernels
+    The numba-compiled inner loops of :class:`MatchIndex` (internal).
+table
+    :class:`SubscriptionTable`: the live subscriptions keyed by id, the changes a record makes
+    (:func:`plan_change`), and :class:`IndexReplica` for executors that follow the table.
+
+Examples
+--------
+>>> from routing import matching
+>>> index = matching.MatchIndex()
+>>> index.add("s1", "price < 120 and symbol = 'IBM'")
+>>> index.add("s2", "price between 100 and 200")
+>>> index.match([{"symbol": "IBM", "price": 100.5}, {"symbol": "HP", "price": 150}]).all_ids()
+[['s1', 's2'], ['s2']]
+"""
+
+from routing.matching.index import BruteForceIndex, EventBatch, Matches, MatchIndex
+from routing.matching.language import (
+    END_OF_INPUT,
+    Event,
+    Filter,
+    FilterError,
+    Kind,
+    Op,
+    Predicate,
+    Value,
+    cover_counterexample,
+    covers,
+    kind_of,
+    matching_event,
+    overlap_witness,
+    overlaps,
+    parse_filter,
+)
+from routing.matching.table import (
+    Change,
+    Delta,
+    IndexReplica,
+    Outcome,
+    SubscriptionRecord,
+    SubscriptionTable,
+    plan_change,
+)
+
+__all__ = [
+    "END_OF_INPUT",
+    "BruteForceIndex",
+    "Change",
+    "Delta",
+    "Event",
+    "EventBatch",
+    "Filter",
+    "FilterError",
+    "IndexReplica",
+    "Kind",
+    "MatchIndex",
+    "Matches",
+    "Op",
+    "Outcome",
+    "Predicate",
+    "SubscriptionRecord",
+    "SubscriptionTable",
+    "Value",
+    "cover_counterexample",
+    "covers",
+    "kind_of",
+    "matching_event",
+    "overlap_witness",
+    "overlaps",
+    "parse_filter",
+    "plan_change",
+]
