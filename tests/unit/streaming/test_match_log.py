@@ -489,10 +489,10 @@ def test_cli_missing_log_file_is_an_error(tmp_path: Path, capsys: pytest.Capture
     assert "absent.jsonl" in capsys.readouterr().err
 
 
-def test_the_readme_example_is_what_the_command_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """README.md's "Matching a log offline": its log, output and stderr reports (timing aside)."""
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    section = readme.split("## Matching a log offline", 1)[1].split("\n## ", 1)[0]
+def test_the_guide_example_is_what_the_command_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/guide/matching.md's "Matching a log offline": its log, output and stderr reports (timing aside)."""
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "guide" / "matching.md").read_text()
+    section = guide.split("## Matching a log offline", 1)[1].split("\n## ", 1)[0]
     log_block, out_block, err_block = re.findall(r"```(?:jsonl|text)\n(.*?)```", section, flags=re.DOTALL)
     log = tmp_path / "log.jsonl"
     log.write_text(log_block)
