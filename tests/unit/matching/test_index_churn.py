@@ -5,7 +5,7 @@ them as one list: adds, replaces and removes mixed, an id changed several times,
 there removed, identical filters arriving together. Expectations come from ``BruteForceIndex``
 (``Filter.matches`` on every subscription, changes applied one by one) with the events as plain
 Python dicts; the few checks written by hand say why. The stateful test of single and batched
-changes is ``tests/unit/test_matching_index.py::IndexMachine``.
+changes is ``tests/unit/matching/test_index.py::IndexMachine``.
 """
 
 from __future__ import annotations
