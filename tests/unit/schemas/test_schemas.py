@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import math
@@ -569,49 +568,6 @@ def test_what_check_backward_accepts_fastavro_resolves(
     fastavro.schemaless_writer(buf, fastavro.parse_schema(writer), record)
     buf.seek(0)
     fastavro.schemaless_reader(buf, fastavro.parse_schema(writer), fastavro.parse_schema(reader))
-
-
-# --- no cluster clients in pure code -----------------------------------------------------------
-
-FORBIDDEN = frozenset({"pyspark", "confluent_kafka", "kafka"})
-
-
-def cluster_imports(source: str, where: str = "<source>") -> list[str]:
-    """Imports of pyspark or a Kafka client in ``source`` (statements and importlib calls)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        modules: list[str] = []
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module]
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
-                modules = [node.args[0].value]
-        found += [f"{where}:{getattr(node, 'lineno', 0)} imports {m}" for m in modules if m.split(".")[0] in FORBIDDEN]
-    return found
-
-
-def test_import_scanner_finds_cluster_clients() -> None:
-    source = (
-        "import os\nimport pyspark.sql as ps\nfrom kafka import KafkaProducer\nfrom .kafka import x\n"
-        "import importlib\nimportlib.import_module('confluent_kafka')\n"
-    )
-    assert cluster_imports(source) == [
-        "<source>:2 imports pyspark.sql",
-        "<source>:3 imports kafka",
-        "<source>:6 imports confluent_kafka",
-    ]
-
-
-@pytest.mark.parametrize("package", ["routing", "schemas"])
-def test_pure_packages_import_no_spark_or_kafka(package: str) -> None:
-    files = sorted((ROOT / package).rglob("*.py"))
-    assert files, f"{package}/ has no Python files"
-    found = [hit for path in files for hit in cluster_imports(path.read_text(), str(path.relative_to(ROOT)))]
-    assert found == []
 
 
 def test_event_json_view_splits_attributes_by_kind_on_the_wire() -> None:
