@@ -40,6 +40,7 @@ from infra.topics import ensure_topics
 from producers.kafka_writer import KafkaWriter
 from routing.planning.topology import element_record, tree
 from schemas.codec import codec_for
+from schemas.topics import EVENTS_TOPIC, SUBSCRIPTIONS_TOPIC, TOPOLOGY_TOPIC
 from streaming.driver_batch import BatchStats
 
 STEP_PARTS = ("match", "detect", "place", "encode")  # the composites job's step, timed in BatchStats.extra
@@ -81,7 +82,7 @@ def workload(args: argparse.Namespace) -> dict[str, list[dict[str, object]]]:
         }
         for i in range(args.events)
     ]
-    return {"siftstream.topology.v1": topology, "siftstream.subscriptions.v1": subs, "siftstream.events.v1": events}
+    return {TOPOLOGY_TOPIC: topology, SUBSCRIPTIONS_TOPIC: subs, EVENTS_TOPIC: events}
 
 
 def _other_ms(b: BatchStats) -> float:
@@ -123,9 +124,9 @@ def main() -> int:
         ensure_topics(conn, prefix)
         writer = KafkaWriter(conn)
         keys = {
-            "siftstream.topology.v1": ("TopologyElement", "element_id"),
-            "siftstream.subscriptions.v1": ("Subscription", "subscription_id"),
-            "siftstream.events.v1": ("Event", "event_id"),
+            TOPOLOGY_TOPIC: ("TopologyElement", "element_id"),
+            SUBSCRIPTIONS_TOPIC: ("Subscription", "subscription_id"),
+            EVENTS_TOPIC: ("Event", "event_id"),
         }
         t0 = time.perf_counter()
         for topic, records in data.items():

@@ -25,10 +25,11 @@ from producers.events import EventGenerator
 from producers.kafka_writer import KafkaWriter
 from producers.produce import ProduceConfig, produce_events
 from schemas.codec import codec_for
+from schemas.topics import EVENTS_TOPIC
 
 
 def bench_producer(conn: KafkaConnection, prefix: str, n: int, note_len: int) -> dict[str, float]:
-    topic = prefix + "siftstream.events.v1"
+    topic = prefix + EVENTS_TOPIC
     out: dict[str, float] = {}
     # what `siftstream produce events` does: generate, encode (single-object Avro), produce, count reports
     for workers in (1, 2):
@@ -60,7 +61,7 @@ def bench_validation(conn: KafkaConnection, prefix: str, n: int, per_batch: int,
     from streaming.session import SparkConfig, build_session
     from streaming.validation_job import ValidationConfig, build_queries
 
-    topic = prefix + "siftstream.events.v1"
+    topic = prefix + EVENTS_TOPIC
     # the backlog: a pool of 50k encoded records (1% bad, every fault kind) sent round and round,
     # so loading millions of records takes seconds, not minutes of Python generation
     import random

@@ -68,6 +68,7 @@ from producers.kafka_writer import KafkaWriter
 from producers.sinks import KafkaSink
 from producers.workloads import GryphonWorkload
 from schemas.codec import codec_for
+from schemas.topics import EVENTS_TOPIC, MATCHES_TOPIC
 
 BROKERS, SUBS_PER_CLIENT = 80, 5
 # Backlog of the throughput run per decay when --events is not given: about 90 s of draining
@@ -249,7 +250,7 @@ def kafka_ceiling(conn: KafkaConnection, w: GryphonWorkload, ids_per_event: floa
         pool.append(
             codec.encode({"event_id": f"c-{j}", "publisher_id": "gp0", "published_at": 1, "subscription_ids": ids})
         )
-    topic = new_topics(conn) + "siftstream.matches.v1"
+    topic = new_topics(conn) + MATCHES_TOPIC
     producer = Producer(
         {
             "bootstrap.servers": conn.bootstrap_servers,
@@ -351,14 +352,14 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
             consumer = pool.submit(
                 _latency_consumer,
                 conn.bootstrap_servers,
-                prefix + "siftstream.matches.v1",
+                prefix + MATCHES_TOPIC,
                 expected,
                 args.seconds + 300,
             )
             producer = pool.submit(
                 _paced_producer,
                 conn.bootstrap_servers,
-                prefix + "siftstream.events.v1",
+                prefix + EVENTS_TOPIC,
                 dict(w.params, lifetime_ms=1000),
                 args.rate,
                 args.seconds,
@@ -389,7 +390,7 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
         "median_batch_ms": statistics.median(b.duration_ms for b in batches) if batches else 0.0,
         "median_batch_events": statistics.median(b.events for b in batches) if batches else 0,
         "samples": sent["samples"],
-        "matches_topic": prefix + "siftstream.matches.v1",
+        "matches_topic": prefix + MATCHES_TOPIC,
     }
 
 

@@ -13,6 +13,14 @@ import numpy as np
 from routing.matching.language import parse_filter
 from routing.planning.topology import element_record
 from routing.reliability.simulation import SimulationResult, Telemetry, simulate
+from schemas.topics import (
+    BROKER_TELEMETRY_TOPIC,
+    EVENTS_TOPIC,
+    LINK_TELEMETRY_TOPIC,
+    RECEIPTS_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    TOPOLOGY_TOPIC,
+)
 
 
 def filter_matcher() -> Any:
@@ -41,7 +49,7 @@ def setup_records(
     out: list[tuple[str, str, dict[str, Any]]] = []
 
     def element(element_id: str, kind: str, **fields: Any) -> None:
-        out.append(("siftstream.topology.v1", element_id, element_record(element_id, kind, epoch_ms, **fields)))
+        out.append((TOPOLOGY_TOPIC, element_id, element_record(element_id, kind, epoch_ms, **fields)))
 
     for b in system["brokers"]:
         element(b["id"], "broker")
@@ -64,7 +72,7 @@ def setup_records(
             "min_reliability": min_reliability,
             "issued_at": epoch_ms,
         }
-        out.append(("siftstream.subscriptions.v1", s["id"], record))
+        out.append((SUBSCRIPTIONS_TOPIC, s["id"], record))
     return out
 
 
@@ -97,7 +105,7 @@ def records(
         rows.append(
             (
                 t,
-                "siftstream.events.v1",
+                EVENTS_TOPIC,
                 pub,
                 {
                     "event_id": event_ids[i],
@@ -122,7 +130,7 @@ def records(
         rows.append(
             (
                 sent,
-                "siftstream.telemetry.links.v1",
+                LINK_TELEMETRY_TOPIC,
                 f"{src}->{dst}",
                 {
                     "from": src,
@@ -149,7 +157,7 @@ def records(
         rows.append(
             (
                 arrived,
-                "siftstream.telemetry.brokers.v1",
+                BROKER_TELEMETRY_TOPIC,
                 broker,
                 {
                     "broker_id": broker,
@@ -167,7 +175,7 @@ def records(
         rows.append(
             (
                 at,
-                "siftstream.receipts.v1",
+                RECEIPTS_TOPIC,
                 sub,
                 {"subscriber_id": sub, "event_id": event_ids[e], "received_at": epoch_ms + int(at)},
             )
@@ -177,12 +185,12 @@ def records(
 
 
 SCHEMA_OF = {
-    "siftstream.topology.v1": "TopologyElement",
-    "siftstream.subscriptions.v1": "Subscription",
-    "siftstream.events.v1": "Event",
-    "siftstream.telemetry.links.v1": "LinkSample",
-    "siftstream.telemetry.brokers.v1": "BrokerSample",
-    "siftstream.receipts.v1": "Receipt",
+    TOPOLOGY_TOPIC: "TopologyElement",
+    SUBSCRIPTIONS_TOPIC: "Subscription",
+    EVENTS_TOPIC: "Event",
+    LINK_TELEMETRY_TOPIC: "LinkSample",
+    BROKER_TELEMETRY_TOPIC: "BrokerSample",
+    RECEIPTS_TOPIC: "Receipt",
 }
 
 

@@ -16,7 +16,7 @@ from producers.kafka_writer import KafkaWriter
 from producers.produce import progress_bar
 from producers.workloads import Record, Workload
 from schemas.codec import codec_for
-from schemas.topics import TOPICS
+from schemas.topics import EVENTS_TOPIC, SUBSCRIPTIONS_TOPIC
 
 
 class Sink(Protocol):
@@ -77,8 +77,8 @@ class KafkaSink:
 
     def __init__(self, conn: KafkaConnection, prefix: str = "", writer: KafkaWriter | None = None) -> None:
         self.writer = writer or KafkaWriter(conn)
-        self.events_topic = prefix + TOPICS["siftstream.events.v1"].name
-        self.subs_topic = prefix + TOPICS["siftstream.subscriptions.v1"].name
+        self.events_topic = prefix + EVENTS_TOPIC
+        self.subs_topic = prefix + SUBSCRIPTIONS_TOPIC
         self._sub = codec_for("Subscription")
         self.counts = {"events": 0, "subscriptions": 0}
 

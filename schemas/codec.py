@@ -33,6 +33,21 @@ import fastavro
 
 from schemas.fastenc import compile_encoder
 
+__all__ = [
+    "HEADER_LEN",
+    "MAGIC",
+    "Codec",
+    "DecodeError",
+    "codec_for",
+    "crc64_avro",
+    "decode",
+    "decode_wire",
+    "make_codec",
+    "schema_files",
+    "split_header",
+    "versions_of",
+]
+
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
 _CRC64_EMPTY = 0xC15D213AA4D7A795

@@ -2,10 +2,10 @@
 
 The jobs whose state lives on the driver (``streaming.driver_batch``) read telemetry and
 receipts by the million: records of a few scalar fields (``LinkSample``, ``BrokerSample``,
-``Receipt``). Decoding them in the JVM (``streaming.decode``) and collecting the decoded
-columns cost about three times what collecting the raw values does; here the raw values are
-decoded in one compiled pass over the Arrow buffers (offsets and bytes), and the rules of
-``schemas.rules`` are checked as numpy comparisons.
+``Receipt``). Rather than decoding them in the JVM (``streaming.decode``) and collecting the
+decoded columns (docs/decisions/jvm-decoding-plans.md), the jobs collect the raw values, which
+are decoded here in one compiled pass over the Arrow buffers (offsets and bytes), and the rules
+of ``schemas.rules`` are checked as numpy comparisons.
 
 This is a fast path, not a third verdict: a value is *accepted* only when it certainly is a good
 record, i.e. it is framed with the current version of the schema, its body decodes, every string
@@ -42,6 +42,24 @@ from numpy.typing import NDArray
 from schemas.codec import HEADER_LEN, codec_for
 from schemas.rules import EXACTLY_ONE, VALUE_KINDS, Rule, rules_for
 from schemas.segments import copy_bytes
+
+__all__ = [
+    "T_BOOLEAN",
+    "T_DOUBLE",
+    "T_INT",
+    "T_LONG",
+    "T_STRING",
+    "EventFields",
+    "Field",
+    "FlatColumns",
+    "FlatDecoder",
+    "ascii_rows",
+    "binary_buffers",
+    "decode_events",
+    "fields_of",
+    "gather_spans",
+    "supports",
+]
 
 T_STRING, T_LONG, T_INT, T_DOUBLE, T_BOOLEAN = 0, 1, 2, 3, 4
 _TYPES = {"string": T_STRING, "long": T_LONG, "int": T_INT, "double": T_DOUBLE, "boolean": T_BOOLEAN}
@@ -354,6 +372,28 @@ class FlatColumns:
         keep = self._present[k][rows]
         starts = np.where(keep, self._ints[k][rows], 0)
         return _gather(self.data, starts, np.where(keep, self._lens[k][rows], 0))
+
+    def arrow(self, name: str, rows: NDArray[Any], kind: Any) -> Any:
+        """Field ``name`` at ``rows`` as an Arrow array of type ``kind`` (a string or numeric
+        Arrow type), null where the field is null.
+
+        >>> from schemas.codec import codec_for
+        >>> import pyarrow as pa
+        >>> raw = [codec_for("LinkSample").encode({"from": "a", "to": "b", "seq": 1, "sent_at": 2,
+        ...         "delay_ms": None, "lost": True, "event_id": None})]
+        >>> out = FlatDecoder("LinkSample").decode_values(raw)
+        >>> rows = np.array([0])
+        >>> out.arrow("to", rows, pa.string()).to_pylist(), out.arrow("delay_ms", rows, pa.float64()).to_pylist()
+        (['b'], [None])
+        """
+        import pyarrow as pa
+
+        present = self.present(name)[rows]
+        if pa.types.is_string(kind):
+            offsets, data = self.string_buffers(name, rows)
+            validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+            return pa.Array.from_buffers(kind, len(rows), [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return pa.array(self.values(name)[rows], type=kind, mask=None if present.all() else ~present)
 
     def strings(self, name: str, rows: NDArray[Any]) -> list[str | None]:
         """String field ``name`` at ``rows`` as Python strings (slow: for tests and examples)."""

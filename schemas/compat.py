@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["PRIMITIVES", "PROMOTIONS", "check_backward"]
+
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 # writer type -> reader types it may be read as (besides itself)
 PROMOTIONS: dict[str, frozenset[str]] = {

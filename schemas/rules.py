@@ -16,6 +16,22 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "ATTRIBUTE_NAME",
+    "EXACTLY_ONE",
+    "RULES",
+    "VALUE_KINDS",
+    "Rule",
+    "checked",
+    "classify",
+    "dead_letter",
+    "exactly_one_text",
+    "field_value",
+    "reason_text",
+    "rules_for",
+    "validate",
+]
+
 ATTRIBUTE_NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
 VALUE_KINDS = ("longs", "doubles", "strings", "booleans")  # the typed maps of Event.attributes
 

@@ -4,7 +4,7 @@ Every field of every row is a byte segment (a constant, an entry of a small tabl
 bytes of an Arrow string column), and one compiled gather lays the segments out (:func:`assemble`),
 so a batch of records is encoded without a Python loop over records. The producers encode events
 this way (``producers.columns``), the matching job its ``Match`` records
-(``streaming.arrow_matching``); tests hold both to ``schemas.codec``'s record-at-a-time bytes.
+(``schemas.match_records``); tests hold both to ``schemas.codec``'s record-at-a-time bytes.
 
 >>> data, offsets = assemble([const(b"<"), varints(np.array([1, -1, 64])), const(b">")], 3)
 >>> [bytes(data[a:b]).hex() for a, b in zip(offsets[:-1], offsets[1:])]
@@ -19,6 +19,20 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
+
+__all__ = [
+    "Segments",
+    "assemble",
+    "const",
+    "copy_bytes",
+    "doubles_le",
+    "entry_runs",
+    "len_prefixed",
+    "slotted",
+    "split_rows",
+    "table",
+    "varints",
+]
 
 
 @dataclass(frozen=True)
@@ -62,8 +76,8 @@ def copy_bytes(out: np.ndarray, p: int, src: np.ndarray, s: int, m: int) -> None
     """``out[p : p + m] = src[s : s + m]`` in compiled code, for ``p, s, m >= 0``.
 
     The indices are unsigned: with signed ones numba checks every index for a negative value (to
-    wrap it around), which keeps LLVM from vectorizing the loop; unsigned, copying a 1.5 kB record
-    is ~15x faster (0.1 against 1.5 us on this machine).
+    wrap it around), which keeps LLVM from vectorizing the loop
+    (docs/decisions/match-records-encoded-in-workers.md).
     """
     pu, su = np.uint64(p), np.uint64(s)
     for b in range(np.uint64(m)):

@@ -1,9 +1,11 @@
 """The one declaration of every SiftStream topic: name, record schema, key, and Kafka settings.
 
 ``infra`` creates topics from it, producers and jobs look up a topic's schema in it, and a test
-checks that it names exactly the topics of DESIGN.md.
+checks that it names exactly the topics of DESIGN.md. Code names a topic by its constant
+(``EVENTS_TOPIC``, ``MATCHES_TOPIC``, ...), never by a literal; a deployment's prefix
+(``topic_prefix`` of the jobs) goes in front of the name.
 
->>> TOPICS["siftstream.events.v1"].schema
+>>> TOPICS[EVENTS_TOPIC].schema
 'Event'
 >>> [t.name for t in INPUT_TOPICS][:2]
 ['siftstream.events.v1', 'siftstream.subscriptions.v1']
@@ -13,7 +15,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = [
+    "BROKER_TELEMETRY_TOPIC",
+    "CHANNELS_TOPIC",
+    "COMPOSITES_TOPIC",
+    "DAY_MS",
+    "DEADLETTER_TOPIC",
+    "EVENTS_TOPIC",
+    "INPUT_TOPICS",
+    "LINK_TELEMETRY_TOPIC",
+    "MATCHES_TOPIC",
+    "OUTPUT_TOPICS",
+    "PLACEMENTS_TOPIC",
+    "QOS_TOPIC",
+    "RECEIPTS_TOPIC",
+    "ROUTES_TOPIC",
+    "SUBSCRIPTIONS_TOPIC",
+    "TOPICS",
+    "TOPOLOGY_TOPIC",
+    "TopicSpec",
+]
+
 DAY_MS = 24 * 3600 * 1000
+
+EVENTS_TOPIC = "siftstream.events.v1"
+SUBSCRIPTIONS_TOPIC = "siftstream.subscriptions.v1"
+LINK_TELEMETRY_TOPIC = "siftstream.telemetry.links.v1"
+BROKER_TELEMETRY_TOPIC = "siftstream.telemetry.brokers.v1"
+TOPOLOGY_TOPIC = "siftstream.topology.v1"
+RECEIPTS_TOPIC = "siftstream.receipts.v1"
+MATCHES_TOPIC = "siftstream.matches.v1"
+ROUTES_TOPIC = "siftstream.routes.v1"
+PLACEMENTS_TOPIC = "siftstream.placements.v1"
+COMPOSITES_TOPIC = "siftstream.composites.v1"
+CHANNELS_TOPIC = "siftstream.channels.v1"
+QOS_TOPIC = "siftstream.qos.v1"
+DEADLETTER_TOPIC = "siftstream.deadletter.v1"
 
 
 @dataclass(frozen=True)
@@ -54,22 +91,21 @@ class TopicSpec:
 
 
 _ALL = (
-    TopicSpec("siftstream.events.v1", "Event", "publisher_id", "input"),
-    TopicSpec("siftstream.subscriptions.v1", "Subscription", "subscription_id", "input", compacted=True),
-    TopicSpec("siftstream.telemetry.links.v1", "LinkSample", "from->to", "input", retention_ms=DAY_MS),
-    TopicSpec("siftstream.telemetry.brokers.v1", "BrokerSample", "broker_id", "input", retention_ms=DAY_MS),
-    TopicSpec("siftstream.topology.v1", "TopologyElement", "element_id", "input", partitions=1, compacted=True),
-    TopicSpec("siftstream.receipts.v1", "Receipt", "subscriber_id", "input", retention_ms=DAY_MS),
-    TopicSpec("siftstream.matches.v1", "Match", "event_id", "output"),
-    TopicSpec("siftstream.routes.v1", "RoutePlan", "plan_id", "output", partitions=1),
-    TopicSpec("siftstream.placements.v1", "Placement", "subscription_id", "output", partitions=1),
-    TopicSpec("siftstream.composites.v1", "CompositeDetection", "detection_id", "output"),
-    TopicSpec("siftstream.channels.v1", "Channel", "channel_id", "output", partitions=1),
-    TopicSpec("siftstream.qos.v1", "QosReport", "<kind>:<id>", "output", partitions=1),
-    TopicSpec("siftstream.deadletter.v1", "DeadLetter", "dead_letter_id", "output", retention_ms=30 * DAY_MS),
+    TopicSpec(EVENTS_TOPIC, "Event", "publisher_id", "input"),
+    TopicSpec(SUBSCRIPTIONS_TOPIC, "Subscription", "subscription_id", "input", compacted=True),
+    TopicSpec(LINK_TELEMETRY_TOPIC, "LinkSample", "from->to", "input", retention_ms=DAY_MS),
+    TopicSpec(BROKER_TELEMETRY_TOPIC, "BrokerSample", "broker_id", "input", retention_ms=DAY_MS),
+    TopicSpec(TOPOLOGY_TOPIC, "TopologyElement", "element_id", "input", partitions=1, compacted=True),
+    TopicSpec(RECEIPTS_TOPIC, "Receipt", "subscriber_id", "input", retention_ms=DAY_MS),
+    TopicSpec(MATCHES_TOPIC, "Match", "event_id", "output"),
+    TopicSpec(ROUTES_TOPIC, "RoutePlan", "plan_id", "output", partitions=1),
+    TopicSpec(PLACEMENTS_TOPIC, "Placement", "subscription_id", "output", partitions=1),
+    TopicSpec(COMPOSITES_TOPIC, "CompositeDetection", "detection_id", "output"),
+    TopicSpec(CHANNELS_TOPIC, "Channel", "channel_id", "output", partitions=1),
+    TopicSpec(QOS_TOPIC, "QosReport", "<kind>:<id>", "output", partitions=1),
+    TopicSpec(DEADLETTER_TOPIC, "DeadLetter", "dead_letter_id", "output", retention_ms=30 * DAY_MS),
 )
 
 TOPICS: dict[str, TopicSpec] = {t.name: t for t in _ALL}
 INPUT_TOPICS: tuple[TopicSpec, ...] = tuple(t for t in _ALL if t.role == "input")
 OUTPUT_TOPICS: tuple[TopicSpec, ...] = tuple(t for t in _ALL if t.role == "output")
-DEADLETTER_TOPIC = "siftstream.deadletter.v1"

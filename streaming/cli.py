@@ -116,9 +116,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if args.workload != "events":
         return _produce_preset(args)
     from producers.produce import ProduceConfig, produce_events
-    from schemas.topics import TOPICS
+    from schemas.topics import EVENTS_TOPIC
 
-    topic = args.topic_prefix + TOPICS["siftstream.events.v1"].name
+    topic = args.topic_prefix + EVENTS_TOPIC
     cfg = ProduceConfig(
         topic=topic,
         count=args.count,
@@ -200,9 +200,9 @@ def cmd_topology(args: argparse.Namespace) -> int:
     if args.to_kafka:
         from producers.kafka_writer import KafkaWriter
         from schemas.codec import codec_for
-        from schemas.topics import TOPICS
+        from schemas.topics import TOPOLOGY_TOPIC
 
-        topic = args.topic_prefix + TOPICS["siftstream.topology.v1"].name
+        topic = args.topic_prefix + TOPOLOGY_TOPIC
         writer, codec = KafkaWriter(connection(args)), codec_for("TopologyElement")
         for record in topo.topology_records():
             writer.send(topic, record["element_id"], codec.encode(record))
@@ -451,6 +451,7 @@ def _run_driver_job(args: argparse.Namespace, job: str, cfg: Any, run: Any, bann
 
 def cmd_routes_job(args: argparse.Namespace) -> int:
     from routing.monitors.routes import PlannerConfig
+    from schemas.topics import ROUTES_TOPIC
     from streaming.routes_job import RoutesConfig, run
 
     planner = PlannerConfig(
@@ -466,7 +467,7 @@ def cmd_routes_job(args: argparse.Namespace) -> int:
     )
     cfg = RoutesConfig(planner=planner, **_driver_job(args, "routes"))
     banner = (
-        f"topology, subscriptions, matches, link telemetry -> {cfg.topic('siftstream.routes.v1')} "
+        f"topology, subscriptions, matches, link telemetry -> {cfg.topic(ROUTES_TOPIC)} "
         f"({planner.method}), checked every {args.check_period_s:g} s"
     )
     return _run_driver_job(args, "routes", cfg, run, banner, ["plans"])
@@ -474,6 +475,7 @@ def cmd_routes_job(args: argparse.Namespace) -> int:
 
 def cmd_composites_job(args: argparse.Namespace) -> int:
     from routing.monitors.composites import MonitorConfig
+    from schemas.topics import COMPOSITES_TOPIC, PLACEMENTS_TOPIC
     from streaming.composites_job import CompositesConfig, run
 
     monitor = MonitorConfig(
@@ -487,13 +489,14 @@ def cmd_composites_job(args: argparse.Namespace) -> int:
     )
     cfg = CompositesConfig(monitor=monitor, **_driver_job(args, "composites"))
     banner = (
-        f"events x composite subscriptions -> {cfg.topic('siftstream.composites.v1')}, placements "
-        f"({monitor.method}) -> {cfg.topic('siftstream.placements.v1')}"
+        f"events x composite subscriptions -> {cfg.topic(COMPOSITES_TOPIC)}, placements "
+        f"({monitor.method}) -> {cfg.topic(PLACEMENTS_TOPIC)}"
     )
     return _run_driver_job(args, "composites", cfg, run, banner, ["detections", "placements"])
 
 
 def cmd_qos_job(args: argparse.Namespace) -> int:
+    from schemas.topics import QOS_TOPIC
     from streaming.qos_job import QosConfig, run
 
     cfg = QosConfig(
@@ -503,7 +506,7 @@ def cmd_qos_job(args: argparse.Namespace) -> int:
         **_driver_job(args, "qos"),
     )
     banner = (
-        f"topology, subscriptions, events, telemetry, receipts -> {cfg.topic('siftstream.qos.v1')} every "
+        f"topology, subscriptions, events, telemetry, receipts -> {cfg.topic(QOS_TOPIC)} every "
         f"{args.update_period_s:g} s (window {args.update_period_s * args.window_periods:g} s)"
     )
     return _run_driver_job(args, "qos", cfg, run, banner, ["reports", "alerts"])

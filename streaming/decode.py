@@ -27,6 +27,8 @@ from schemas.codec import HEADER_LEN, MAGIC, Codec, codec_for, schema_files, ver
 from schemas.rules import ATTRIBUTE_NAME, EXACTLY_ONE, Rule, exactly_one_text, rules_for
 from schemas.topics import TopicSpec
 
+__all__ = ["TopicDecoder", "dead_letter_columns", "dead_letters", "decode", "good"]
+
 _AVRO_OPTIONS = {"mode": "PERMISSIVE", "enableStableIdentifiersForUnionType": "true"}  # member_<type> names
 
 
@@ -96,8 +98,8 @@ def _names_broken(keys: Column) -> Column:
 
 def _shares_a_key(maps: list[Column]) -> Column:
     """Whether two of ``maps`` share a key (each map's own keys are distinct): each map's keys
-    against the keys of the maps after it. A hash set over all keys (``array_distinct``) cost
-    ~5x more per row."""
+    against the keys of the maps after it, cheaper per row than a hash set over all keys
+    (``array_distinct``; docs/decisions/jvm-decoding-plans.md)."""
     keys = [F.map_keys(m) for m in maps]
     later = (F.arrays_overlap(keys[i], F.concat(*keys[i + 1 :])) for i in range(len(keys) - 1))
     return reduce(lambda x, y: x | y, later)
@@ -125,7 +127,7 @@ def _violated(rule: Rule, rec: Column) -> Column:
         bad = present & (F.isnan(num) | (num <= F.lit(rule.bound)))
     elif rule.kind == "finite_map_values":
         # array_max/array_min skip nulls and order NaN above +inf: no per-element lambda needed
-        # (Spark's higher-order functions run interpreted, several times slower on this hot path)
+        # (Spark's higher-order functions run interpreted)
         doubles = F.map_values(col)
         top, bottom = F.array_max(doubles), F.array_min(doubles)
         bad = present & (F.isnan(top) | (top == F.lit(float("inf"))) | (bottom == F.lit(float("-inf"))))
@@ -257,8 +259,8 @@ def decode(df: DataFrame, spec: TopicSpec) -> DataFrame:
 def _unpushable(decoded: DataFrame) -> DataFrame:
     """``decoded`` behind an ``observe`` (a count nobody reads), which the optimizer does not push
     filters through. A filter on the verdict pushed below :class:`TopicDecoder`'s projection gets
-    the decoded record inlined into every rule that reads it: the events' filter then held 60-120
-    copies of ``from_avro`` and cost ~20x more per row."""
+    the decoded record inlined into every rule that reads it, ``from_avro`` once per rule
+    (docs/decisions/jvm-decoding-plans.md)."""
     return decoded.observe(f"siftstream_decoded_{next(_OBSERVATIONS)}", F.count(F.lit(1)).alias("rows"))
 
 

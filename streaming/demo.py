@@ -1,6 +1,6 @@
 """``siftstream run``: the whole pipeline on the built-in default, then a readable summary.
 
-Today the pipeline is: local broker up, topics, a burst of events (a few deliberately bad) and
+The pipeline: local broker up, topics, a burst of events (a few deliberately bad) and
 link telemetry, the validation job over everything new, and a summary of what was accepted and
 what went to the dead letter and why; then a simulated broker overlay (the reliability paper's
 20-broker tree) publishes its topology, subscriptions with a reliability wish, events, telemetry
@@ -9,7 +9,7 @@ subscriber, with alerts; the matching job matches the overlay's events against i
 subscriptions, and the routes job turns the matches' rates into a min-cost distribution plan
 (MICPICE); last, the composite workload of Chen et al. (composite subscriptions over a 15-broker
 tree) runs through the composites job, which detects composite events and places each
-composite's detection. Later capabilities join this same command.
+composite's detection.
 """
 
 from __future__ import annotations
@@ -23,6 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from infra.connection import KafkaConnection
+from schemas.topics import (
+    COMPOSITES_TOPIC,
+    DEADLETTER_TOPIC,
+    EVENTS_TOPIC,
+    LINK_TELEMETRY_TOPIC,
+    PLACEMENTS_TOPIC,
+    QOS_TOPIC,
+    ROUTES_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    TOPOLOGY_TOPIC,
+)
+
+__all__ = ["DemoConfig", "run_demo"]
 
 
 @dataclass(frozen=True)
@@ -109,13 +122,11 @@ def run_demo(cfg: DemoConfig) -> int:
     _say(f"publishing {cfg.events:,} events ({cfg.bad_fraction:.0%} deliberately bad) and link telemetry")
     result = produce_events(
         conn,
-        ProduceConfig(
-            "siftstream.events.v1", cfg.events, bad_fraction=cfg.bad_fraction, seed=cfg.seed + int(time.time())
-        ),
+        ProduceConfig(EVENTS_TOPIC, cfg.events, bad_fraction=cfg.bad_fraction, seed=cfg.seed + int(time.time())),
     )
     if result.report.failed:
         raise RuntimeError(f"{result.report.failed} events were not delivered: {result.report.errors}")
-    tele_good, tele_bad = _telemetry(conn, "siftstream.telemetry.links.v1", 500, cfg.seed)
+    tele_good, tele_bad = _telemetry(conn, LINK_TELEMETRY_TOPIC, 500, cfg.seed)
 
     _say("running the validation job over everything new (Spark, available-now)")
     stats = cfg.home / "stats" / f"run-{run_id}.jsonl"
@@ -149,7 +160,7 @@ def run_demo(cfg: DemoConfig) -> int:
         f"({dict(sorted(result.expected_errors.items()))}); {tele_good} good + {tele_bad} bad link samples"
     )
 
-    summary = summarize_dead_letters(read_topic(conn, "siftstream.deadletter.v1", "DeadLetter"))
+    summary = summarize_dead_letters(read_topic(conn, DEADLETTER_TOPIC, "DeadLetter"))
     reasons = Table(
         title=f"Dead-letter topic (all runs): {summary['total']:,} records, {summary['distinct']:,} distinct keys"
     )
@@ -217,7 +228,7 @@ def _qos_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) 
     spark.sparkContext.setLogLevel("ERROR")
     history = run(spark, qcfg, quiet=True)
     spark.stop()
-    reports = [r.value for r in read_topic(conn, prefix + "siftstream.qos.v1", "QosReport")]
+    reports = [r.value for r in read_topic(conn, prefix + QOS_TOPIC, "QosReport")]
     if not reports:
         console.print("QoS job wrote no report")
         return False
@@ -295,7 +306,7 @@ def _routes_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: An
     )
     run_routes(spark, rcfg, quiet=True)
     spark.stop()
-    plans = [r.value for r in read_topic(conn, prefix + "siftstream.routes.v1", "RoutePlan")]
+    plans = [r.value for r in read_topic(conn, prefix + ROUTES_TOPIC, "RoutePlan")]
     if not plans:
         console.print("routes job wrote no plan")
         return False
@@ -354,9 +365,9 @@ def _composites_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console
         e["published_at"] += shift
     writer = KafkaWriter(conn)
     for topic, schema, key, records in (
-        ("siftstream.topology.v1", "TopologyElement", "element_id", topology),
-        ("siftstream.subscriptions.v1", "Subscription", "subscription_id", subscriptions),
-        ("siftstream.events.v1", "Event", "event_id", events),
+        (TOPOLOGY_TOPIC, "TopologyElement", "element_id", topology),
+        (SUBSCRIPTIONS_TOPIC, "Subscription", "subscription_id", subscriptions),
+        (EVENTS_TOPIC, "Event", "event_id", events),
     ):
         codec = codec_for(schema)
         for r in records:
@@ -382,12 +393,12 @@ def _composites_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console
     spark.stop()
     detections = sum(b.extra["detections"] for b in history)
     placements = {}
-    for r in read_topic(conn, prefix + "siftstream.placements.v1", "Placement"):
+    for r in read_topic(conn, prefix + PLACEMENTS_TOPIC, "Placement"):
         placements[r.value["subscription_id"]] = r.value
     since = events[0]["published_at"]
     found = Counter(
         r.value["subscription_id"]
-        for r in read_topic(conn, prefix + "siftstream.composites.v1", "CompositeDetection")
+        for r in read_topic(conn, prefix + COMPOSITES_TOPIC, "CompositeDetection")
         if r.value["detected_at"] >= since
     )
     table = Table(title="SiftStream composites: detections and where they are detected (8 busiest subscriptions)")

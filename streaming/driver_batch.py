@@ -28,7 +28,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from schemas.columnar import FlatColumns, FlatDecoder, ascii_rows, binary_buffers, supports
-from schemas.topics import DEADLETTER_TOPIC, TOPICS
+from schemas.topics import (
+    BROKER_TELEMETRY_TOPIC,
+    DEADLETTER_TOPIC,
+    EVENTS_TOPIC,
+    LINK_TELEMETRY_TOPIC,
+    MATCHES_TOPIC,
+    RECEIPTS_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    TOPICS,
+    TOPOLOGY_TOPIC,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,10 +46,23 @@ if TYPE_CHECKING:
 
     from infra.connection import KafkaConnection
 
+__all__ = [
+    "FIELDS",
+    "KEEP_STATES",
+    "RAW_SCHEMA",
+    "BatchStats",
+    "DriverBatch",
+    "TopicReader",
+    "column",
+    "good_rows",
+    "link_samples",
+    "topology_changes",
+]
+
 KEEP_STATES = 3  # state files kept besides the newest
 
 FIELDS: dict[str, list[tuple[str, str]]] = {
-    "siftstream.topology.v1": [
+    TOPOLOGY_TOPIC: [
         ("kind", "t_kind"),
         ("broker", "t_broker"),
         ("from", "t_from"),
@@ -48,7 +71,7 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
         ("cost", "t_cost"),
         ("forbidden_events", "t_forbidden"),
     ],
-    "siftstream.subscriptions.v1": [
+    SUBSCRIPTIONS_TOPIC: [
         ("type", "s_op"),
         ("subscription_id", "s_id"),
         ("subscriber_id", "s_subscriber"),
@@ -58,14 +81,14 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
         ("deadline_ms", "s_deadline"),
         ("min_reliability", "s_min_reliability"),
     ],
-    "siftstream.events.v1": [
+    EVENTS_TOPIC: [
         ("event_id", "e_id"),
         ("publisher_id", "e_publisher"),
         ("published_at", "e_at"),
         ("lifetime_ms", "e_lifetime"),
     ]
     + [(f"attributes.{k}", f"e_{k}") for k in ("longs", "doubles", "strings", "booleans")],
-    "siftstream.telemetry.links.v1": [
+    LINK_TELEMETRY_TOPIC: [
         ("from", "l_from"),
         ("to", "l_to"),
         ("seq", "l_seq"),
@@ -73,14 +96,14 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
         ("delay_ms", "l_delay"),
         ("lost", "l_lost"),
     ],
-    "siftstream.telemetry.brokers.v1": [
+    BROKER_TELEMETRY_TOPIC: [
         ("broker_id", "b_id"),
         ("arrived_at", "b_at"),
         ("wait_ms", "b_wait"),
         ("service_ms", "b_service"),
     ],
-    "siftstream.receipts.v1": [("subscriber_id", "r_subscriber"), ("event_id", "r_event"), ("received_at", "r_at")],
-    "siftstream.matches.v1": [
+    RECEIPTS_TOPIC: [("subscriber_id", "r_subscriber"), ("event_id", "r_event"), ("received_at", "r_at")],
+    MATCHES_TOPIC: [
         ("event_id", "m_event"),
         ("publisher_id", "m_publisher"),
         ("published_at", "m_at"),
@@ -175,9 +198,9 @@ class TopicReader:
         from pyspark.sql import functions as F
 
         # a frame made from local data is a LocalRelation, and the optimizer would evaluate the
-        # decoding over it on the driver, interpreted (ConvertToLocalRelation): 3.5-4.7 s for 93k
-        # events; a lazy local checkpoint makes it an RDD scan that the executors run as generated
-        # code (1.4-1.9 s, the checkpoint included)
+        # decoding over it on the driver, interpreted (ConvertToLocalRelation); a lazy local
+        # checkpoint makes it an RDD scan that the executors run as generated code
+        # (docs/decisions/jvm-decoding-plans.md)
         rows = self.spark.createDataFrame(raw).localCheckpoint(eager=False)
         try:
             frame = rows.withColumn("timestamp", F.timestamp_millis("ts_ms"))
@@ -210,7 +233,7 @@ class TopicReader:
         }
         schema = self.schema
         for path, alias in FIELDS[self.topic]:
-            cols[alias] = _flat_column(out, path, idx, schema.field(alias).type)
+            cols[alias] = out.arrow(path, idx, schema.field(alias).type)
         if "raw_key" in schema.names:
             cols["raw_key"], cols["raw_value"] = key.take(take), value.take(take)
         return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
@@ -276,18 +299,6 @@ def link_samples(table: Any, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 def _release(df: DataFrame) -> None:
     """Drop the blocks of a local checkpoint now rather than when the JVM collects its RDD."""
     df._jdf.queryExecution().analyzed().rdd().unpersist(False)
-
-
-def _flat_column(out: FlatColumns, name: str, idx: np.ndarray, kind: Any) -> Any:
-    """Field ``name`` of the fast path's rows ``idx`` as an Arrow array of type ``kind``."""
-    import pyarrow as pa
-
-    present = out.present(name)[idx]
-    if pa.types.is_string(kind):
-        offsets, data = out.string_buffers(name, idx)
-        validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
-        return pa.Array.from_buffers(kind, len(idx), [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
-    return pa.array(out.values(name)[idx], type=kind, mask=None if present.all() else ~present)
 
 
 class DriverBatch(ABC):
@@ -449,7 +460,7 @@ class DriverBatch(ABC):
         key, value = dead_letter_columns()
         deadletter = F.lit(self.topic_prefix + DEADLETTER_TOPIC).alias("topic")
         out = df.select(deadletter, key.alias("key"), value.alias("value"))
-        if outputs:  # from Arrow columns: about 3x faster than from Python rows
+        if outputs:  # from Arrow columns rather than Python rows (docs/decisions/jvm-decoding-plans.md)
             import pyarrow as pa
 
             topics, keys, values = zip(*outputs, strict=True)

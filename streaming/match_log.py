@@ -226,9 +226,10 @@ def _event(op: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 def _id_list(sids: list[str]) -> bytes:
     """``sids`` as a JSON array spaced like ``json.dumps``: ``["a", "b"]``.
 
-    One ``orjson.dumps`` of the list, with ``", "`` put between its strings, is ~30x faster than
-    a call per id. It is exact when the text has no backslash (so every quote delimits a string)
-    and exactly one comma per gap (so no id holds a comma): then every ``","`` is a gap.
+    One ``orjson.dumps`` of the list, with ``", "`` put between its strings, rather than a call
+    per id (docs/decisions/match-log-id-lists.md). It is exact when the text has no backslash (so
+    every quote delimits a string) and exactly one comma per gap (so no id holds a comma): then
+    every ``","`` is a gap.
     """
     text = orjson.dumps(sids)
     if b"\\" not in text and text.count(b",") == len(sids) - 1:

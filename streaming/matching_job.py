@@ -1,8 +1,9 @@
-"""The matching job: events x subscriptions -> ``siftstream.matches.v1``, incrementally.
+"""The matching job: events x subscriptions -> the matches topic (``MATCHES_TOPIC``), incrementally.
 
-One streaming query. Its Kafka source subscribes to both ``siftstream.events.v1`` and the
-compacted ``siftstream.subscriptions.v1``, so every micro-batch ``B`` is one consistent cut of
-both topics, recorded by Spark in its offset log before ``B`` runs. ``foreachBatch`` then:
+One streaming query. Its Kafka source subscribes to both the events topic (``EVENTS_TOPIC``) and
+the compacted subscriptions topic (``SUBSCRIPTIONS_TOPIC``; names from ``schemas.topics``), so
+every micro-batch ``B`` is one consistent cut of both topics, recorded by Spark in its offset log
+before ``B`` runs. ``foreachBatch`` then:
 
 1. **Subscriptions, on the driver.** The subscription records of ``B`` are read by offset range
    (``B - 1``'s end offsets to ``B``'s, from Spark's offset log; no read at all when the topic did
@@ -21,22 +22,18 @@ both topics, recorded by Spark in its offset log before ``B`` runs. ``foreachBat
    subscriptions are not re-broadcast per batch.
 3. **Matching, on executors, vectorized.** The streaming plan hands the events topic's Kafka rows
    (key, value and coordinates) to one ``mapInArrow``; its Python workers decode each Arrow batch
-   of values (``arrow_matching.decode_rows``: the columnar fast path of ``schemas.columnar`` for
+   of values (``schemas.event_records``: the columnar fast path of ``schemas.columnar`` for
    every value it is sure of, the reference decoder and rules of ``schemas`` for the others, so
-   bad events get the validation job's verdict and reason), build ``EventBatch`` columns with
-   numpy and call ``index.match`` once per Arrow batch. Decoding in the JVM instead (Avro to
-   typed maps, the rules as Spark expressions, the maps to Arrow) held ~70% of the JVM's profile
-   samples on Gryphon events, with the JVM at ~1 of the ~1.85 busy cores (27k events/s). The Python
-   workers also return the finished Kafka rows (topic, key, value) that Spark's Kafka sink
-   writes as they are: each valid event's whole ``Match`` record (Avro single-object encoding,
-   ``arrow_matching.match_values``: the ids' Avro strings are kept per index version and laid out
-   for the whole Arrow batch by one compiled gather) keyed by ``event_id``, and each bad event's
-   ``DeadLetter`` keyed ``topic/partition/offset``, exactly as the validation job writes it
-   (``schemas.rules.dead_letter``). Rejected subscriptions are added to the same write. One Kafka write
-   per micro-batch; every valid event gets a ``Match`` record, with an empty ``subscription_ids``
-   when nothing matched (as SPEC.md section 3). Earlier versions built an Arrow ``list<string>``
-   of the ids (a Python string per id, ~0.16 us each, after a sort of the whole batch) for the
-   JVM's ``to_avro``, which cost several times the matching at thousands of ids per event.
+   bad events get the validation job's verdict and reason), call ``index.match`` once per Arrow
+   batch and return the finished Kafka rows (topic, key, value) that Spark's Kafka sink writes as
+   they are (``schemas.match_records``): each valid event's whole ``Match`` record (Avro
+   single-object encoding) keyed by ``event_id``, and each bad event's ``DeadLetter`` keyed
+   ``topic/partition/offset``, exactly as the validation job writes it
+   (``schemas.rules.dead_letter``). Why the workers decode and encode rather than the JVM:
+   docs/decisions/decode-in-python-workers.md and docs/decisions/match-records-encoded-in-workers.md.
+   Rejected subscriptions are added to the same write. One Kafka write per micro-batch; every
+   valid event gets a ``Match`` record, with an empty ``subscription_ids`` when nothing matched
+   (as SPEC.md section 3).
 
 Guarantees
 ----------
@@ -77,7 +74,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
 from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_change
-from schemas.topics import DEADLETTER_TOPIC, TOPICS
+from schemas.topics import DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
 from streaming.session import await_query, kafka_stream, start_batches
 from streaming.subscription_store import TableStore
 
@@ -85,9 +82,19 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-EVENTS = TOPICS["siftstream.events.v1"]
-SUBSCRIPTIONS = TOPICS["siftstream.subscriptions.v1"]
-MATCHES = TOPICS["siftstream.matches.v1"]
+__all__ = [
+    "BatchStats",
+    "MatchingBatch",
+    "MatchingConfig",
+    "build_query",
+    "event_rows",
+    "read_offset_log",
+    "run",
+    "subscription_columns",
+    "subscription_dead_letters",
+    "to_record",
+]
+
 EARLIEST = -2  # Spark's Kafka offsets JSON: -2 is the earliest offset
 
 
@@ -137,15 +144,15 @@ class MatchingConfig:
 
     @property
     def events_topic(self) -> str:
-        return self.topic_prefix + EVENTS.name
+        return self.topic_prefix + EVENTS_TOPIC
 
     @property
     def subscriptions_topic(self) -> str:
-        return self.topic_prefix + SUBSCRIPTIONS.name
+        return self.topic_prefix + SUBSCRIPTIONS_TOPIC
 
     @property
     def matches_topic(self) -> str:
-        return self.topic_prefix + MATCHES.name
+        return self.topic_prefix + MATCHES_TOPIC
 
     @property
     def deadletter_topic(self) -> str:
@@ -221,6 +228,7 @@ def subscription_dead_letters(
     """Kafka ``topic``/``key``/``value`` rows for rejected subscription records: ``(collected
     subscription_columns row, (error_code, reason))`` pairs, encoded as the validation job does
     (``schemas.rules.dead_letter``)."""
+    from schemas.match_records import OUTPUT_SCHEMA
     from schemas.rules import dead_letter
 
     rows = [
@@ -232,7 +240,7 @@ def subscription_dead_letters(
         )
         for r, (code, reason) in rejected
     ]
-    return spark.createDataFrame(rows, "topic string, key binary, value binary")
+    return spark.createDataFrame(rows, OUTPUT_SCHEMA)
 
 
 # ---- Spark's offset log -----------------------------------------------------------------------
@@ -338,7 +346,7 @@ class MatchingBatch:
         reader = reader.option("startingOffsets", json.dumps({topic: {str(p): start.get(p, EARLIEST) for p in parts}}))
         reader = reader.option("endingOffsets", json.dumps({topic: {str(p): end[p] for p in parts}}))
         reader = reader.option("failOnDataLoss", "false")  # compaction leaves gaps in offsets
-        rows = subscription_columns(decode(reader.load(), SUBSCRIPTIONS)).collect()
+        rows = subscription_columns(decode(reader.load(), TOPICS[SUBSCRIPTIONS_TOPIC])).collect()
         return sorted(rows, key=lambda r: (r["partition"], r["offset"]))
 
     def _restore(self, batch_id: int) -> None:
@@ -369,7 +377,8 @@ class MatchingBatch:
     # -- the batch ----------------------------------------------------------------------------
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from streaming.arrow_matching import OUTPUT_SCHEMA, Targets, match_batches
+        from schemas.match_records import OUTPUT_SCHEMA, Targets
+        from streaming.arrow_matching import match_batches
 
         started = time.monotonic()
         stats = BatchStats(batch_id, started_at_ms=int(time.time() * 1000))

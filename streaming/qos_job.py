@@ -1,13 +1,13 @@
-"""The QoS job: telemetry, receipts and the overlay's shape -> ``siftstream.qos.v1``, continuously.
+"""The QoS job: telemetry, receipts and the overlay's shape -> the QoS topic (``QOS_TOPIC``), continuously.
 
-One streaming query reads six topics: the compacted ``siftstream.topology.v1`` and
-``siftstream.subscriptions.v1`` (the overlay's shape and the subscribers' wishes), and
-``siftstream.events.v1``, ``siftstream.telemetry.links.v1``, ``siftstream.telemetry.brokers.v1``
-and ``siftstream.receipts.v1``. ``foreachBatch`` collects the batch's raw Kafka rows once (one
-Arrow table), then:
+One streaming query reads six topics (names from ``schemas.topics``): the compacted topology and
+subscriptions topics (``TOPOLOGY_TOPIC``, ``SUBSCRIPTIONS_TOPIC``: the overlay's shape and the
+subscribers' wishes), and the events, link telemetry, broker telemetry and receipts
+(``EVENTS_TOPIC``, ``LINK_TELEMETRY_TOPIC``, ``BROKER_TELEMETRY_TOPIC``, ``RECEIPTS_TOPIC``).
+``foreachBatch`` collects the batch's raw Kafka rows once (one Arrow table), then:
 
 1. decodes and validates each topic's rows (``streaming.driver_batch.TopicReader``): the
-   telemetry and the receipts, ~97% of the records, by the columnar fast path
+   telemetry and the receipts, the bulk of the records, by the columnar fast path
    (``schemas.columnar``), the other topics (and any record that path refers) in the JVM
    (``streaming.decode.TopicDecoder``), into one Arrow table per topic: the fields the monitor
    reads for good records, raw key and value for rejected ones;
@@ -48,7 +48,16 @@ from routing.matching.table import SubscriptionRecord
 from routing.monitors.qos import MonitorConfig, QosMonitor
 from routing.reliability.estimation import EstimationConfig
 from schemas.codec import codec_for
-from schemas.topics import TOPICS
+from schemas.topics import (
+    BROKER_TELEMETRY_TOPIC,
+    EVENTS_TOPIC,
+    LINK_TELEMETRY_TOPIC,
+    QOS_TOPIC,
+    RECEIPTS_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    TOPICS,
+    TOPOLOGY_TOPIC,
+)
 from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
 from streaming.session import await_query
 
@@ -56,14 +65,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-TOPOLOGY = "siftstream.topology.v1"
-SUBSCRIPTIONS = "siftstream.subscriptions.v1"
-EVENTS = "siftstream.events.v1"
-LINKS = "siftstream.telemetry.links.v1"
-BROKERS = "siftstream.telemetry.brokers.v1"
-RECEIPTS = "siftstream.receipts.v1"
-QOS = "siftstream.qos.v1"
-INPUTS = (TOPOLOGY, SUBSCRIPTIONS, EVENTS, LINKS, BROKERS, RECEIPTS)
+__all__ = ["INPUTS", "QosBatch", "QosConfig", "build_query", "run"]
+
+INPUTS = (
+    TOPOLOGY_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    EVENTS_TOPIC,
+    LINK_TELEMETRY_TOPIC,
+    BROKER_TELEMETRY_TOPIC,
+    RECEIPTS_TOPIC,
+)
 
 
 @dataclass(frozen=True)
@@ -168,10 +179,10 @@ class QosBatch(DriverBatch):
             return tables[topic], idx
 
         col = column
-        table, idx = good(TOPOLOGY)
+        table, idx = good(TOPOLOGY_TOPIC)
         if len(idx):
             monitor.apply_topology(topology_changes(table, idx))
-        table, idx = good(SUBSCRIPTIONS)
+        table, idx = good(SUBSCRIPTIONS_TOPIC)
         if len(idx):
             rows = table.take(idx).to_pylist()
             monitor.apply_subscriptions(
@@ -196,7 +207,7 @@ class QosBatch(DriverBatch):
                     for r in rows
                 ],
             )
-        table, idx = good(EVENTS)
+        table, idx = good(EVENTS_TOPIC)
         if len(idx):
             at = col(table, "e_at", idx).astype(np.float64)
             monitor.add_events(
@@ -207,14 +218,14 @@ class QosBatch(DriverBatch):
                 _attributes(table, idx),
             )
             times.append(float(at.max()))
-        table, idx = good(LINKS)
+        table, idx = good(LINK_TELEMETRY_TOPIC)
         if len(idx):
             src, dst, sent, delay = link_samples(table, idx)
             monitor.add_link_samples(
                 src, dst, col(table, "l_seq", idx).astype(np.int64), sent, delay, col(table, "l_lost", idx).astype(bool)
             )
             times.append(float(sent.max()))
-        table, idx = good(BROKERS)
+        table, idx = good(BROKER_TELEMETRY_TOPIC)
         if len(idx):
             arrived = col(table, "b_at", idx).astype(np.float64)
             monitor.add_broker_samples(
@@ -224,7 +235,7 @@ class QosBatch(DriverBatch):
                 col(table, "b_service", idx).astype(np.float64),
             )
             times.append(float(arrived.max()))
-        table, idx = good(RECEIPTS)
+        table, idx = good(RECEIPTS_TOPIC)
         if len(idx):
             received = col(table, "r_at", idx).astype(np.float64)
             monitor.add_receipts(
@@ -256,8 +267,8 @@ class QosBatch(DriverBatch):
             "windows": windows,
             "report_ms": (time.monotonic() - fed) * 1000,  # of step_ms: the windows' reports
         }
-        codec = codec_for(TOPICS[QOS].schema)
-        topic = self.cfg.topic(QOS)
+        codec = codec_for(TOPICS[QOS_TOPIC].schema)
+        topic = self.cfg.topic(QOS_TOPIC)
         return [(topic, f"{r['kind']}:{r['id']}".encode(), codec.encode(r)) for r in records]
 
 

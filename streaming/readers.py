@@ -11,6 +11,8 @@ from confluent_kafka import Consumer, TopicPartition
 from infra.connection import KafkaConnection
 from schemas.codec import DecodeError, decode
 
+__all__ = ["DecodeError", "KafkaRecord", "end_offsets", "read_topic", "summarize_dead_letters", "watermarks"]
+
 
 @dataclass(frozen=True)
 class KafkaRecord:
@@ -115,6 +117,3 @@ def summarize_dead_letters(records: list[KafkaRecord]) -> dict[str, Any]:
         "distinct": len(keys),
         "by_code": {c: {"count": n, "example": examples[c]} for c, n in by_code.most_common()},
     }
-
-
-__all__ = ["DecodeError", "KafkaRecord", "read_topic", "summarize_dead_letters"]

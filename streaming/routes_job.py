@@ -1,8 +1,8 @@
-"""The routes job: the overlay, subscriptions, matches and link telemetry -> ``siftstream.routes.v1``.
+"""The routes job: the overlay, subscriptions, matches and link telemetry -> the routes topic (``ROUTES_TOPIC``).
 
-One streaming query reads the compacted ``siftstream.topology.v1`` and
-``siftstream.subscriptions.v1``, the matching job's ``siftstream.matches.v1`` and
-``siftstream.telemetry.links.v1``. Each micro-batch (``streaming.driver_batch``: decode in the
+One streaming query reads the compacted topology and subscriptions topics, the matching job's
+matches and the link telemetry (``TOPOLOGY_TOPIC``, ``SUBSCRIPTIONS_TOPIC``, ``MATCHES_TOPIC``,
+``LINK_TELEMETRY_TOPIC`` of ``schemas.topics``). Each micro-batch (``streaming.driver_batch``: decode in the
 JVM, collect per topic as Arrow, dead letters, state per batch) hands the good rows to the
 driver's :class:`routing.monitors.routes.RoutePlanner`: topology and subscription changes first (in
 partition/offset order), then the matches (the observed rate of every publisher/filter flow) and
@@ -26,7 +26,14 @@ from infra.connection import KafkaConnection
 from routing.matching.table import SubscriptionRecord, plan_change
 from routing.monitors.routes import PlannerConfig, RoutePlanner
 from schemas.codec import codec_for
-from schemas.topics import TOPICS
+from schemas.topics import (
+    LINK_TELEMETRY_TOPIC,
+    MATCHES_TOPIC,
+    ROUTES_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    TOPICS,
+    TOPOLOGY_TOPIC,
+)
 from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
 from streaming.session import await_query
 
@@ -34,12 +41,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-TOPOLOGY = "siftstream.topology.v1"
-SUBSCRIPTIONS = "siftstream.subscriptions.v1"
-MATCHES = "siftstream.matches.v1"
-LINKS = "siftstream.telemetry.links.v1"
-ROUTES = "siftstream.routes.v1"
-INPUTS = (TOPOLOGY, SUBSCRIPTIONS, MATCHES, LINKS)
+__all__ = ["INPUTS", "RoutesBatch", "RoutesConfig", "build_query", "run", "subscription_changes"]
+
+INPUTS = (TOPOLOGY_TOPIC, SUBSCRIPTIONS_TOPIC, MATCHES_TOPIC, LINK_TELEMETRY_TOPIC)
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ class RoutesBatch(DriverBatch):
         super().__init__(spark, cfg.conn, names, state, cfg.topic_prefix, cfg.stats_file, quiet)
         self.cfg = cfg
         self.planner = RoutePlanner(cfg.planner)
-        self.codec = codec_for(TOPICS[ROUTES].schema)
+        self.codec = codec_for(TOPICS[ROUTES_TOPIC].schema)
 
     def new_state(self) -> None:
         self.planner = RoutePlanner(self.cfg.planner)
@@ -123,17 +127,17 @@ class RoutesBatch(DriverBatch):
     def step(self, tables: dict[str, Any], stats: BatchStats) -> list[tuple[str, bytes, bytes]]:
         planner = self.planner
         times: list[float] = []
-        idx = good_rows(tables[TOPOLOGY])
-        stats.records[TOPOLOGY] = len(idx)
+        idx = good_rows(tables[TOPOLOGY_TOPIC])
+        stats.records[TOPOLOGY_TOPIC] = len(idx)
         if len(idx):
-            planner.apply_topology(topology_changes(tables[TOPOLOGY], idx))
-        idx = good_rows(tables[SUBSCRIPTIONS])
-        stats.records[SUBSCRIPTIONS] = len(idx)
+            planner.apply_topology(topology_changes(tables[TOPOLOGY_TOPIC], idx))
+        idx = good_rows(tables[SUBSCRIPTIONS_TOPIC])
+        stats.records[SUBSCRIPTIONS_TOPIC] = len(idx)
         if len(idx):
-            planner.apply_subscriptions(subscription_changes(tables[SUBSCRIPTIONS], idx))
-        table = tables[MATCHES]
+            planner.apply_subscriptions(subscription_changes(tables[SUBSCRIPTIONS_TOPIC], idx))
+        table = tables[MATCHES_TOPIC]
         idx = good_rows(table)
-        stats.records[MATCHES] = len(idx)
+        stats.records[MATCHES_TOPIC] = len(idx)
         if len(idx):
             at = column(table, "m_at", idx).astype(np.float64)
             planner.add_matches(
@@ -142,9 +146,9 @@ class RoutesBatch(DriverBatch):
                 table.column("m_subscriptions").take(idx).to_pylist(),
             )
             times.append(float(at.max()))
-        table = tables[LINKS]
+        table = tables[LINK_TELEMETRY_TOPIC]
         idx = good_rows(table)
-        stats.records[LINKS] = len(idx)
+        stats.records[LINK_TELEMETRY_TOPIC] = len(idx)
         if len(idx):
             src, dst, sent, delay = link_samples(table, idx)
             planner.add_link_samples(src, dst, sent, delay)
@@ -164,7 +168,7 @@ class RoutesBatch(DriverBatch):
             for p in plans:
                 cost = "infeasible" if p["cost"] is None else f"cost {p['cost']:.4g}"
                 print(f"[routes] plan v{p['version']}: {cost}; {'; '.join(p['reasons'])}", flush=True)
-        topic = self.cfg.topic(ROUTES)
+        topic = self.cfg.topic(ROUTES_TOPIC)
         return [(topic, p["plan_id"].encode(), self.codec.encode(p)) for p in plans]
 
 

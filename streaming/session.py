@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from infra.connection import KafkaConnection
 
 
+__all__ = ["SparkConfig", "await_query", "build_session", "kafka_stream", "start_batches"]
+
+
 @dataclass(frozen=True)
 class SparkConfig:
     """Spark settings chosen at the edge.
@@ -72,12 +75,12 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
         # Spark 4.2 asks whether its new "types framework" is on for every nested struct that a
         # decoder builds (TypeOps via SpecificInternalRow, once per event's `attributes` record);
         # left unset, an executor evaluates the default function each time (a new SQLConf plus a
-        # read of the environment): ~4% of the validation job's task CPU. It only serves TIME
+        # read of the environment; docs/decisions/spark-session-settings.md). It only serves TIME
         # columns, which no SiftStream schema has.
         .config("spark.sql.types.framework.enabled", "false")
         # Spark's generated code for decode-and-validate exceeds HotSpot's 8,000-byte limit for
         # JIT-compiling a method; without this flag it runs in the bytecode interpreter. ParallelGC:
-        # throughput over pause times for micro-batches (80k -> 85k events/s in bench/ingest.py)
+        # throughput over pause times for micro-batches (docs/decisions/spark-session-settings.md)
         .config("spark.driver.extraJavaOptions", "-XX:-DontCompileHugeMethods -XX:+UseParallelGC")
         .config("spark.executor.extraJavaOptions", "-XX:-DontCompileHugeMethods -XX:+UseParallelGC")
     )

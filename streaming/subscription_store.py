@@ -44,6 +44,8 @@ import orjson
 
 from routing.matching.table import Change, SubscriptionTable
 
+__all__ = ["TableStore"]
+
 _FILE = re.compile(r"^(snapshot|delta)-(\d+)\.json$")
 
 

@@ -1,9 +1,10 @@
 """The validation job: decode and validate every input record, dead-letter the bad ones.
 
 One streaming query per input topic (each plan stays small enough for Spark's whole-stage code
-generation; one plan over all six schemas does not compile and runs interpreted, 4x slower):
-Spark's Kafka source reads the topic, :func:`streaming.decode.decode` classifies every record,
-and bad ones go through Spark's Kafka sink to ``siftstream.deadletter.v1``, keyed by
+generation; one plan over all six schemas does not compile and runs interpreted:
+docs/decisions/jvm-decoding-plans.md): Spark's Kafka source reads the topic,
+:func:`streaming.decode.decode` classifies every record, and bad ones go through Spark's Kafka
+sink to the dead-letter topic (``schemas.topics.DEADLETTER_TOPIC``), keyed by
 ``topic/partition/offset`` (a replay after a crash rewrites identical records with identical
 keys, so duplicates are detectable). Per micro-batch each query observes how many records it
 accepted and rejected per error class; a listener appends those counts to a JSON Lines stats
@@ -24,6 +25,19 @@ from schemas.topics import DEADLETTER_TOPIC, INPUT_TOPICS, TopicSpec
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+__all__ = [
+    "ERROR_CODES",
+    "METRICS_NAME",
+    "ValidationConfig",
+    "attach_stats",
+    "batch_summary",
+    "build_queries",
+    "metric_columns",
+    "read_stats",
+    "read_topic_stream",
+    "run",
+]
 
 ERROR_CODES = ("bad_framing", "unknown_schema", "malformed_body", "invalid_value")
 METRICS_NAME = "validation"

@@ -64,7 +64,8 @@ def _ship(filters: dict[str, str]) -> Any:
 
 
 def test_every_event_becomes_a_match_or_the_validation_jobs_dead_letter(spark) -> None:  # type: ignore[no-untyped-def]
-    from streaming.arrow_matching import OUTPUT_SCHEMA, Targets, match_batches
+    from schemas.match_records import OUTPUT_SCHEMA, Targets
+    from streaming.arrow_matching import match_batches
     from streaming.decode import dead_letters
     from streaming.decode import decode as spark_decode
     from streaming.matching_job import event_rows

@@ -1,27 +1,25 @@
 """The executor side of the matching job over plain pyarrow batches (no JVM): the typed attribute
-maps become the same events, Kafka values decode with the validation job's verdicts, and
-``match_batches`` answers like the oracle."""
+maps become the same events, and ``match_batches`` answers like the oracle as the table changes.
+Its decoding and encoding are tested on their own in ``tests/unit/schemas/test_event_records.py``
+and ``tests/unit/schemas/test_match_records.py``."""
 
 from __future__ import annotations
 
 import datetime
-import random
 from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers.events import EventGenerator
-from producers.faults import FAULTS, corrupt
 from routing.matching.index import BruteForceIndex
 from routing.matching.table import SubscriptionTable
 from schemas.codec import codec_for, decode
-from schemas.rules import classify
+from schemas.match_records import Targets
+from schemas.rules import VALUE_KINDS
 from streaming import arrow_matching
-from streaming.arrow_matching import INPUT_COLUMNS, VALUE_KINDS, ShipState, Targets, event_batch, match_batches
+from streaming.arrow_matching import INPUT_COLUMNS, ShipState, event_batch, match_batches
 from tests.strategies import INDEX_IDS, index_filters, wire_events
 
 _MAP_TYPES = {
@@ -142,60 +140,3 @@ def test_match_batches_answers_like_the_oracle_as_the_table_changes(
                 assert decode(v, "DeadLetter")[1]["source_offset"] == o
     if rows:
         assert arrow_matching._REPLICAS["job"].rebuilds == 1
-
-
-@pytest.mark.parametrize("kind", ["match", "brute-force"])
-def test_match_values_of_sliced_batches_in_chunks(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Many ids per event (multi-byte length varints, a non-ASCII id, counts past 63), events
-    that match nothing, rejected rows, a sliced input batch (Arrow offsets not at 0), and an
-    output split into pieces when the records would overflow a binary column (made small here)."""
-    arrow_matching._REPLICAS.clear()
-    filters = {f"s{i:03d}" + "x" * (i % 150): f"x > {i % 97}" for i in range(300)} | {"é": "x = 5"}
-    table = SubscriptionTable()
-    table.apply(filters.items())
-    ship = ShipState("chunks", kind, table.version, SimpleNamespace(value=dict(table.filters)), (), table.version)
-    rows: list[dict[str, Any] | None] = [
-        None if i % 7 == 3 else
-        {"event_id": f"e{i}" * (i % 40 + 1), "publisher_id": "pub", "published_at": 10**12 + i * (-1) ** i,
-         "lifetime_ms": 0, "attributes": {"x": i * 3 % 120}}
-        for i in range(40)
-    ]  # fmt: skip
-    batch = _record_batch([None, *rows, None]).slice(1, len(rows))
-    monkeypatch.setattr(arrow_matching, "_MAX_CHUNK_BYTES", 40_000)
-    out = list(match_batches(ship, TARGETS, iter([batch])))
-    assert len(out) > 2  # split
-    assert all(rb.column("value").nbytes < 45_000 for rb in out)
-    oracle = BruteForceIndex()
-    for sid, text in filters.items():
-        oracle.add(sid, text)
-    expected = oracle.match([r["attributes"] if r else {} for r in rows]).all_ids()
-    got = _written(out)
-    offsets = list(range(1, len(rows) + 1))
-    assert [(t, k, v if t == "matches" else None) for t, k, v in got] == _expected_rows(rows, expected, offsets)
-    assert any(len(e) > 64 for e in expected) and any(not e for e, r in zip(expected, rows, strict=True) if r)
-    assert all(decode(v, "DeadLetter")[1]["value"] == b"\x00" for t, _, v in got if t == "dead")
-
-
-def test_kafka_values_get_the_validation_jobs_verdict_and_good_ones_their_fields() -> None:
-    """Every fault kind, a tombstone, events with non-ASCII text (referred by the fast path, good)
-    and plain events in one Arrow batch: ``decode_rows`` gives ``classify``'s verdict to each, and
-    the good ones' fields and attributes are the reference decoder's."""
-    rng = random.Random(11)
-    codec = codec_for("Event")
-    events = EventGenerator(publishers=3, seed=11).batch(30, 1_700_000_000_000)
-    events[3]["attributes"]["city"] = "Zürich"
-    events[4]["event_id"] = "é-4"
-    values: list[bytes | None] = [codec.encode(e) for e in events]
-    values += [corrupt(kind, rng, events[i])[0] for i, kind in enumerate(sorted(FAULTS))] + [None]
-    decoded = arrow_matching.decode_rows(pa.array(values, pa.binary()))
-    verdicts = [classify(v, "Event") for v in values]
-    assert list(zip(decoded.error_code, decoded.reason, strict=True)) == verdicts
-    assert decoded.good.tolist() == [code is None for code, _ in verdicts]
-    assert [c for c, _ in verdicts[30:]] == [FAULTS[k] for k in sorted(FAULTS)] + ["bad_framing"]
-    batch = decoded.batch()
-    for i, e in enumerate(events):
-        assert _typed(batch.event(i)) == _typed(e["attributes"])
-        start, length = decoded.event_id[0][i], decoded.event_id[1][i]
-        assert decoded.data[start : start + length].tobytes().decode() == e["event_id"]
-        assert decoded.published_at[i] == e["published_at"]
-    assert all(batch.event(i) == {} for i in range(30, len(values)))

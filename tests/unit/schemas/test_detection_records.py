@@ -1,4 +1,4 @@
-"""The composites job's detection writer (``streaming.composites_job.encode_detections``): the
+"""The composites job's detection writer (``schemas.detection_records.encode_detections``): the
 keys and values it makes column by column equal, byte for byte, what the schema codec writes
 record by record, and fastavro (the reference encoder) too (CONVENTIONS.md 6)."""
 
@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from routing.composite.detection import CompositeDetector, Detections
 from routing.composite.trees import parse_composite
+from schemas import detection_records
 from schemas.codec import codec_for, make_codec
+from schemas.detection_records import avro_longs, encode_detections
 from schemas.fastenc import zigzag
-from streaming import composites_job
-from streaming.composites_job import avro_longs, encode_detections
 from tests.strategies import component_matches, composite_docs
 
 CODEC = codec_for("CompositeDetection")
@@ -59,7 +59,7 @@ def test_blocks_are_encoded_in_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     det.update([(f"c{i}", f"L{1 + j % 2}", f"e{j}", j) for i in range(7) for j in range(10 + i)])
     found = det.advance_rows(FAR)
     assert len(found.blocks) == 7
-    monkeypatch.setattr(composites_job, "_CHUNK", 9)
+    monkeypatch.setattr(detection_records, "_CHUNK", 9)
     assert encode_detections(found, CODEC) == _reference(found)
     assert encode_detections(Detections(), CODEC) == ([], [])
 

@@ -1,0 +1,171 @@
+"""The matching job's output, a whole batch at once: ``Match`` records and dead letters as Kafka rows.
+
+For one Arrow batch of the events topic's Kafka rows, decoded by ``schemas.event_records``, and
+the batch's matches (each event's subscriptions as ranks of their ids in plain string order, and
+the ids in rank order, as ``routing.matching.index.Matches.sorted_ranks`` gives them):
+
+- :func:`match_values` lays out every row's ``Match`` record, single-object Avro, for the whole
+  batch at once (``schemas.segments``): the header, the event's ``event_id``, ``publisher_id`` and
+  ``published_at`` copied from the decoded batch, and ``subscription_ids`` from each subscription
+  id's encoded Avro string, kept per index version (the ids in rank order are the same array for
+  every batch of one version), in rank order, which is plain string order (SPEC.md section 3);
+- :func:`output_batches` returns the rows that Spark's Kafka sink writes as they are
+  (:data:`OUTPUT_SCHEMA`: topic, key, value): each good row's ``Match`` keyed by its event id, each
+  bad row's ``DeadLetter`` (``schemas.rules.dead_letter``, the validation job's bytes) keyed
+  ``topic/partition/offset``, in pieces whose values fit an Arrow binary column.
+
+Invariants: a ``Match`` value is byte for byte what ``schemas.codec`` writes for the record
+``{event_id, publisher_id, published_at, subscription_ids}`` (ids sorted); a dead letter is what
+the validation job writes for the same Kafka row. Pure code: numpy and pyarrow, no Spark.
+
+>>> import pyarrow as pa
+>>> from schemas.codec import codec_for, decode
+>>> from schemas.event_records import decode_rows
+>>> ev = {"event_id": "e1", "publisher_id": "p", "published_at": 5, "lifetime_ms": 0, "attributes": {}}
+>>> events = decode_rows(pa.array([codec_for("Event").encode(ev)], pa.binary()))
+>>> by_rank = np.array(["s1", "s2"], dtype=object)
+>>> data, row_off = match_values(events, np.array([0, 2]), np.array([0, 1]), by_rank)
+>>> decode(data[row_off[0] : row_off[1]].tobytes(), "Match")[1]["subscription_ids"]
+['s1', 's2']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import pyarrow as pa
+
+from schemas.codec import codec_for
+from schemas.columnar import gather_spans
+from schemas.event_records import DecodedEvents
+from schemas.fastenc import zigzag
+from schemas.rules import dead_letter
+from schemas.segments import Segments, assemble, const, entry_runs, len_prefixed, slotted, table, varints
+
+__all__ = ["OUTPUT_NAMES", "OUTPUT_SCHEMA", "Targets", "match_values", "output_batches"]
+
+OUTPUT_SCHEMA = "topic string, key binary, value binary"  # what Spark's Kafka sink writes
+OUTPUT_NAMES = [f.split()[0] for f in OUTPUT_SCHEMA.split(", ")]
+_MAX_CHUNK_BYTES = (1 << 31) - 1  # an Arrow binary column's int32 offsets
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The topics of one query: where its events come from (named in their dead letters), where
+    the matches and the dead letters go."""
+
+    events_topic: str
+    matches_topic: str
+    deadletter_topic: str
+
+
+_ID_TABLE: list[Any] = [None, None, None]  # (the ids in rank order it was made for, their Avro strings, slotted)
+
+
+def _id_strings(by_rank: np.ndarray) -> tuple[Segments, np.ndarray | None]:
+    """Each subscription id as an Avro string (length varint, UTF-8), in rank order: ``data``
+    holds them one after another, entry ``r`` at ``starts[r]``; and the same in fixed slots
+    (``schemas.segments.slotted``) when they fit. Kept while the index version is."""
+    if _ID_TABLE[0] is by_rank:
+        return cast(Segments, _ID_TABLE[1]), _ID_TABLE[2]
+    raw = [sid.encode() for sid in by_rank.tolist()]
+    ids = table([zigzag(len(b)) + b for b in raw], np.arange(len(raw)))
+    _ID_TABLE[:] = [by_rank, ids, slotted(ids)]
+    return ids, _ID_TABLE[2]
+
+
+def match_values(
+    events: DecodedEvents, offsets: np.ndarray, ranks: np.ndarray, by_rank: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's ``Match`` record, single-object Avro: the bytes of all rows and the ``n + 1`` row
+    offsets into them (rows that are not good get bytes too, from empty fields:
+    :func:`output_batches` puts their dead letters in their place).
+
+    Parameters
+    ----------
+    events : DecodedEvents
+        The batch, decoded.
+    offsets, ranks, by_rank : arrays
+        The matches (``Matches.sorted_ranks``): row ``i``'s subscription ids are
+        ``by_rank[ranks[offsets[i] : offsets[i + 1]]]``, ascending. ``by_rank`` is the same array
+        for every batch of one index version; the ids' encoded strings are kept while it is.
+    """
+    n = len(events.good)
+    table_of_ids, slots = _id_strings(by_rank)
+    ids = entry_runs(table_of_ids, ranks, offsets, slots)
+    counts = np.diff(offsets)
+    parts = [const(codec_for("Match").header)]
+    parts += len_prefixed([Segments(events.data, *events.event_id)], n)
+    parts += len_prefixed([Segments(events.data, *events.publisher_id)], n)
+    parts += [varints(events.published_at), varints(counts).masked(counts > 0)]  # an empty array: its end marker only
+    parts += [ids, const(b"\x00")]
+    return assemble(parts, n)
+
+
+def _dead_letters(rb: pa.RecordBatch, events: DecodedEvents, topic: str) -> tuple[np.ndarray, list[bytes], list[bytes]]:
+    """The rows that are not good, and their dead letters' Kafka keys and values
+    (``schemas.rules.dead_letter``: as the validation job writes them)."""
+    bad = np.flatnonzero(~events.good)
+    picked = pa.array(bad, pa.int64())
+    columns = [rb.column(name).take(picked) for name in ("partition", "offset", "timestamp", "key", "value")]
+    columns[2] = columns[2].cast(pa.int64())  # microseconds
+    keys, values = [], []
+    for i, partition, offset, ts_us, key, value in zip(bad.tolist(), *(c.to_pylist() for c in columns), strict=True):
+        code, reason = events.error_code[i], events.reason[i]
+        assert code is not None and reason is not None
+        k, v = dead_letter(topic, partition, offset, ts_us, code, reason, key, value)
+        keys.append(k)
+        values.append(v)
+    return bad, keys, values
+
+
+def _spliced(
+    data: np.ndarray, starts: np.ndarray, lens: np.ndarray, rows: np.ndarray, extra: list[bytes]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte spans ``(data, starts, lens)`` with the spans of ``rows`` replaced by ``extra``."""
+    extra_lens = np.fromiter(map(len, extra), np.int64, len(extra))
+    starts, lens = starts.copy(), lens.copy()
+    starts[rows] = len(data) + np.cumsum(extra_lens) - extra_lens
+    lens[rows] = extra_lens
+    return np.concatenate([data, np.frombuffer(b"".join(extra), np.uint8)]), starts, lens
+
+
+def output_batches(
+    rb: pa.RecordBatch, events: DecodedEvents, data: np.ndarray, row_off: np.ndarray, targets: Targets
+) -> Iterator[pa.RecordBatch]:
+    """The Kafka rows of one input batch (:data:`OUTPUT_SCHEMA`): each good row's ``Match`` (``data``
+    between ``row_off``, from :func:`match_values`) keyed by its event id, each other row's
+    ``DeadLetter`` keyed ``topic/partition/offset``; in pieces whose values fit an Arrow binary
+    column.
+
+    ``rb`` holds the events topic's Kafka rows (``partition``, ``offset``, ``timestamp``, ``key``,
+    ``value``) that ``events`` was decoded from: the dead letters carry them.
+    """
+    n = rb.num_rows
+    key_data, (key_starts, key_lens) = events.data, events.event_id
+    if not events.good.all():
+        bad, dl_keys, dl_values = _dead_letters(rb, events, targets.events_topic)
+        key_data, key_starts, key_lens = _spliced(key_data, key_starts, key_lens, bad, dl_keys)
+        spans = _spliced(data, row_off[:-1], np.diff(row_off), bad, dl_values)
+        data, row_off = assemble([Segments(*spans)], n)
+    key_off, key_blob = gather_spans(key_data, key_starts, key_lens)
+    keys = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(key_off), pa.py_buffer(key_blob)])
+    which = pa.array((~events.good).astype(np.int32))
+    topics = pa.DictionaryArray.from_arrays(which, pa.array([targets.matches_topic, targets.deadletter_topic]))
+    topic = topics.cast(pa.string())
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(row_off, row_off[lo] + _MAX_CHUNK_BYTES, side="right")) - 1
+        hi = min(n, max(hi, lo + 1))
+        if int(row_off[hi] - row_off[lo]) > _MAX_CHUNK_BYTES:
+            raise ValueError(f"a Match record of {int(row_off[hi] - row_off[lo]):,} bytes does not fit a binary column")
+        off = (row_off[lo : hi + 1] - row_off[lo]).astype(np.int32)
+        payload = data[int(row_off[lo]) : int(row_off[hi])]
+        values = pa.Array.from_buffers(pa.binary(), hi - lo, [None, pa.py_buffer(off), pa.py_buffer(payload)])
+        yield pa.RecordBatch.from_arrays(
+            [topic.slice(lo, hi - lo), keys.slice(lo, hi - lo), values], names=OUTPUT_NAMES
+        )
+        lo = hi
