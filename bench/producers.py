@@ -22,7 +22,8 @@ from infra.topics import ensure_topics
 from producers.overlay import filter_matcher
 from producers.sinks import JsonlSink, KafkaSink, run_workload
 from producers.workloads import PRESETS
-from routing.reliability.simulation import reliability_tree_system, simulate
+from routing.reliability.evaluation_system import reliability_tree_system
+from routing.reliability.simulator import simulate
 
 
 def main() -> int:

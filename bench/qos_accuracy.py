@@ -36,7 +36,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from routing.reliability import qos
-from routing.reliability.simulation import reliability_tree_system, simulate
+from routing.reliability.evaluation_system import reliability_tree_system
+from routing.reliability.simulator import simulate
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from infra.jars import ensure_jars
 from infra.topics import ensure_topics
 from producers import overlay
 from producers.kafka_writer import KafkaWriter
-from routing.reliability.simulation import reliability_tree_system
+from routing.reliability.evaluation_system import reliability_tree_system
 from schemas.codec import codec_for
 
 

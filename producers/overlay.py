@@ -12,7 +12,7 @@ import numpy as np
 
 from routing.matching.language import parse_filter
 from routing.planning.topology import element_record
-from routing.reliability.simulation import SimulationResult, Telemetry, simulate
+from routing.reliability.simulator import SimulationResult, Telemetry, simulate
 from schemas.topics import (
     BROKER_TELEMETRY_TOPIC,
     EVENTS_TOPIC,

@@ -223,7 +223,7 @@ def _system(args: argparse.Namespace) -> dict[str, Any]:
     if args.system:
         loaded: dict[str, Any] = json.loads(Path(args.system).read_text())
         return loaded
-    from routing.reliability.simulation import reliability_tree_system
+    from routing.reliability.evaluation_system import reliability_tree_system
 
     return reliability_tree_system(args.seed)
 
@@ -236,7 +236,7 @@ def cmd_qos(args: argparse.Namespace) -> int:
         print(json.dumps(qos.to_spec_output(prediction), indent=2))
         return 0
     from producers.overlay import run
-    from routing.reliability.simulation import to_spec_output
+    from routing.reliability.simulator import to_spec_output
 
     result = run(_system(args), args.seconds, args.seed)
     print(json.dumps(to_spec_output(result), indent=2))
@@ -296,7 +296,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import time as _time
 
     from producers import overlay
-    from routing.reliability.simulation import to_spec_output
+    from routing.reliability.simulator import to_spec_output
     from schemas.codec import codec_for
 
     system = _system(args)

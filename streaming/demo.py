@@ -192,7 +192,8 @@ def _qos_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) 
     from infra.topics import ensure_topics
     from producers import overlay
     from producers.kafka_writer import KafkaWriter
-    from routing.reliability.simulation import reliability_tree_system, to_spec_output
+    from routing.reliability.evaluation_system import reliability_tree_system
+    from routing.reliability.simulator import to_spec_output
     from schemas.codec import codec_for
     from streaming.qos_job import QosConfig, run
     from streaming.readers import read_topic

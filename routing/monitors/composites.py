@@ -70,7 +70,10 @@ from routing.composite.trees import to_placement_tree as _placement_tree
 from routing.matching.index import EventBatch, MatchIndex
 from routing.matching.table import SubscriptionRecord
 from routing.planning.distribution import Instance, Plan, plan_enhanced
-from routing.reliability.estimation import Moments, RollingWindow, add_link_delays, pack_documents, unpack_documents
+from routing.reliability.estimation import add_link_delays
+from routing.stats.moments import Moments
+from routing.stats.state import pack_documents, unpack_documents
+from routing.stats.windows import RollingWindow
 
 CATCH_UP_PERIODS = 60
 """Check periods of counts kept beyond the rate window, so that a backlog read in one batch is

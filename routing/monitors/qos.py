@@ -50,8 +50,9 @@ from numpy.typing import ArrayLike
 from routing.matching.index import MatchIndex
 from routing.matching.table import SubscriptionRecord, plan_change
 from routing.reliability import qos
-from routing.reliability.estimation import EstimationConfig, TelemetryEstimator, pack_documents, unpack_documents
+from routing.reliability.estimation import EstimationConfig, TelemetryEstimator
 from routing.stats.distributions import Distribution, Empirical, parse_distribution
+from routing.stats.state import pack_documents, unpack_documents
 
 __all__ = ["MonitorConfig", "QosMonitor", "SubscriptionWish"]
 

@@ -55,7 +55,10 @@ import numpy as np
 from routing.matching.language import FilterError, parse_filter
 from routing.planning.check import check_plan
 from routing.planning.distribution import METHODS, ORDERS, Instance, InstanceError, Plan, plan
-from routing.reliability.estimation import Moments, RollingWindow, add_link_delays, pack_documents, unpack_documents
+from routing.reliability.estimation import add_link_delays
+from routing.stats.moments import Moments
+from routing.stats.state import pack_documents, unpack_documents
+from routing.stats.windows import RollingWindow
 
 CATCH_UP_PERIODS = 60
 """Check periods of history kept beyond the rate window: a backlog up to this long (e.g. after a

@@ -4,72 +4,30 @@ The reliability predictor (SPEC §4) needs, per broker, its service-time distrib
 its delay distribution and reliability r_l; per publisher, its inter-publication process. In
 production these come from telemetry, not from a hand-written system document. This module turns
 the telemetry column tables (``LinkSample``, ``BrokerSample``, ``Receipt``, ``Event`` and ``Match``
-records, or the simulator's :class:`routing.reliability.simulation.Telemetry`) into rolling-window estimates,
-and measures each subscriber's R_s from receipts, the number the prediction is compared with.
+records, or the simulator's :class:`routing.reliability.simulator.Telemetry`) into rolling-window
+estimates, and measures each subscriber's R_s from receipts, the number the prediction is compared
+with.
 
-Pieces, each mergeable and serialisable (``to_state``/``from_state`` as a dict of 1-D numpy
-arrays, ``to_bytes``/``from_bytes`` as an ``.npz`` blob) so that Spark streaming state can hold it:
-
-- :class:`Moments`: count, mean, M2, M3 (Welford 1962; Chan, Golub and LeVeque 1979 for the pairwise
-  merge; Pébay, SAND2008-6212, eq. 2.1-2.2 for the third moment), updated a whole batch at a time.
-- :class:`DelaySketch`: a log-bucket histogram of non-negative delays with exact integer counts.
-- :class:`Tally`: successes out of trials, for R_s.
-- :class:`SequenceLog`: the received sequence numbers of a link as runs, for r_l.
-- :class:`RollingWindow`: a ring of time buckets per key holding any of the above; a query merges
-  the buckets of the window (QUEUEING-NOTES §4.2: exact window semantics, old buckets dropped).
-- :class:`TelemetryEstimator`: ingests the column batches, resolves events at their deadlines and
-  answers per publisher, broker, link and subscriber; :meth:`TelemetryEstimator.to_system` writes
-  the estimates into a SPEC §4 system document for the predictor.
-
-Choice of the delay sketch
---------------------------
-R_s near 0.99 means the predictor reads the delay CDFs where 1 - F is about 0.01, so the sketch must
-have a small error *relative to 1 - F* there. Measured once on 10^5 delays (lognormal with cv 1,
-exponential, and an M/M/1-like wait with an atom of 0.2 at 0; 5 seeds each), the largest
-|F_sketch(x) - F(x)| at the 0.9, 0.95, 0.99, 0.995 and 0.999 quantiles, and that error at the 0.99
-quantile as a fraction of 1 - F = 0.01, were:
-
-=================================================  ===========  =====================
-sketch (PyPI versions installable here)            max |dF|     |dF| / (1 - F) at 0.99
-=================================================  ===========  =====================
-``datasketches`` 5.2.0 KLL, k = 200                6.0e-3       39-60 %
-``datasketches`` 5.2.0 KLL, k = 1000               1.1e-3       5-9 %
-``datasketches`` 5.2.0 REQ, k = 12, high ranks     1.7e-3       0.8-1.8 %
-``ddsketch`` 3.0.1, alpha = 1 % (rank by bins)     4.3e-3       7-10 %
-this :class:`DelaySketch`, alpha = 0.5 %           1.6e-4       0.4-0.7 %
-=================================================  ===========  =====================
-
-KLL's rank error is additive and the same over the whole range, and its randomised compaction
-makes a merge depend on the order of the data. REQ is accurate near the top but not at 0.9, and
-is also randomised. ``ddsketch`` has the right error model (relative error on values, so the rank
-error at x is bounded by the mass of one narrow bucket, which shrinks with the tail) but adds one
-value at a time in Python, has no CDF at a point, and serialises through protobuf.
-
-So :class:`DelaySketch` uses DDSketch's mapping (Masson, Rim and Lee, "DDSketch: a fast and
-fully-mergeable quantile sketch with relative-error guarantees", PVLDB 12(12), 2019, §2) in
-numpy: bucket i holds the delays in [gamma^i, gamma^(i+1)), gamma = (1 + alpha)/(1 - alpha), with an
-exact integer count, and delays below ``zero_below_ms`` count as 0. Within a bucket the CDF is
-interpolated linearly (which is what brings the error far below a bucket's mass), and the first and
-last buckets are clipped to the exact smallest positive and largest delay. Consequences:
-
-- merging adds counts, so it is exact, associative and commutative: any split of the data, merged
-  in any order, gives the very same sketch (tested), which suits per-bucket windows and Spark
-  partitions;
-- quantiles are within relative error alpha (measured: 0.4 % at alpha = 0.5 %);
-- the size is the number of distinct buckets touched, at most about 230 per decade of delays at
-  alpha = 0.5 % (600-1000 for the 10^5 samples above, far fewer per window bucket), serialised as two
-  integer arrays;
-- no dependency is added.
+:class:`TelemetryEstimator` ingests the column batches, resolves events at their deadlines and
+answers per publisher (:class:`PublisherEstimate`), broker (:class:`BrokerEstimate`), link
+(:class:`LinkEstimate`, its loss a :class:`LinkLossEstimate`) and subscriber
+(:class:`SubscriberEstimate`); :meth:`TelemetryEstimator.to_system` writes the estimates into a
+SPEC §4 system document for the predictor (:class:`EstimatedSystem`). It is built from the
+mergeable summaries of :mod:`routing.stats`, held in :class:`routing.stats.windows.RollingWindow`
+buckets: :class:`~routing.stats.moments.Moments` for means and burstiness,
+:class:`~routing.stats.delay_sketch.DelaySketch` for delay distributions,
+:class:`~routing.stats.sequence_log.SequenceLog` for link loss and
+:class:`~routing.stats.moments.Tally` for R_s. Its state serialises like theirs
+(:mod:`routing.stats.state`), so that Spark streaming state can hold it.
 
 Windows and time
 ----------------
 All times are milliseconds (since the Unix epoch in production; the simulator's are relative to
-its counting window). A window of ``buckets`` buckets of ``bucket_ms`` ending at ``end_ms`` covers
-the buckets ``e - buckets + 1 .. e``, ``e = ceil(end_ms / bucket_ms) - 1``: for an ``end_ms`` on a
-bucket boundary that is exactly [end_ms - buckets * bucket_ms, end_ms). Each quantity is bucketed by
-one time: publications by ``published_at``, broker samples by ``arrived_at``, link samples by
-``sent_at``, a subscriber's outcomes and receipt delays by the event's *deadline*
-(``published_at + lifetime_ms``), the time at which its outcome is known.
+its counting window). Windows are those of :mod:`routing.stats.windows`: ``buckets`` buckets of
+``bucket_ms`` ending at ``end_ms``. Each quantity is bucketed by one time: publications by
+``published_at``, broker samples by ``arrived_at``, link samples by ``sent_at``, a subscriber's
+outcomes and receipt delays by the event's *deadline* (``published_at + lifetime_ms``), the time
+at which its outcome is known.
 
 Examples
 --------
@@ -85,98 +43,39 @@ Examples
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from copy import deepcopy
 from dataclasses import asdict, dataclass
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats
 
-from routing.reliability.simulation import wilson_interval
-from routing.stats.distributions import Empirical
+from routing.stats.delay_sketch import DelaySketch
+from routing.stats.intervals import batch_means_interval, wilson_interval
+from routing.stats.moments import Moments, Tally
+from routing.stats.sequence_log import SequenceLog
+from routing.stats.state import State, child_state, nest_state, pack_state, string_array, unpack_state
+from routing.stats.windows import RollingWindow, WindowItem
 
 __all__ = [
     "BrokerEstimate",
-    "DelaySketch",
     "EstimatedSystem",
     "EstimationConfig",
     "LinkEstimate",
     "LinkLossEstimate",
-    "Moments",
     "PublisherEstimate",
-    "RollingWindow",
-    "SequenceLog",
     "SubscriberEstimate",
-    "Tally",
     "TelemetryEstimator",
-    "WindowItem",
-    "batch_means_interval",
+    "add_link_delays",
 ]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
-State = dict[str, NDArray[Any]]
-"""A serialised state: names to 1-D numpy arrays (strings as unicode arrays, never objects)."""
-
-_FORMAT = "siftstream.estimation.v1"  # tag written into every to_bytes blob
-
-
-# --------------------------------------------------------------------------------------------
-# Serialisation helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _pack(kind: str, state: Mapping[str, NDArray[Any]]) -> bytes:
-    buf = io.BytesIO()
-    arrays: dict[str, Any] = {"__format__": np.array([_FORMAT, kind]), **state}  # Any: savez's kwargs
-    np.savez(buf, allow_pickle=False, **arrays)
-    return buf.getvalue()
-
-
-def pack_documents(meta: Mapping[str, Any], **blobs: bytes) -> bytes:
-    """One blob holding a JSON document and named byte strings (a step object's whole state:
-    its tables as JSON, its estimators' own ``to_bytes``); :func:`unpack_documents` reads it."""
-    buf = io.BytesIO()
-    arrays = {name: np.frombuffer(blob, dtype=np.uint8) for name, blob in blobs.items()}
-    np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)  # type: ignore[arg-type]
-    return buf.getvalue()
-
-
-def unpack_documents(data: bytes) -> tuple[Any, dict[str, bytes]]:
-    """The JSON document and the named byte strings of :func:`pack_documents`."""
-    with np.load(io.BytesIO(data)) as npz:
-        meta = json.loads(npz["meta"].tobytes().decode())
-        blobs = {name: npz[name].tobytes() for name in npz.files if name != "meta"}
-    return meta, blobs
-
-
-def _unpack(kind: str, data: bytes) -> State:
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        state = {name: npz[name] for name in npz.files}
-    tag = state.pop("__format__", None)
-    if tag is None or tag.tolist() != [_FORMAT, kind]:
-        found = "no format tag" if tag is None else f"{tag.tolist()}"
-        raise ValueError(f"not a serialised {kind} of {_FORMAT} ({found})")
-    return state
-
-
-def _nest(prefix: str, state: Mapping[str, NDArray[Any]]) -> State:
-    return {f"{prefix}.{name}": value for name, value in state.items()}
-
-
-def _child(prefix: str, state: Mapping[str, NDArray[Any]]) -> State:
-    head = prefix + "."
-    return {name[len(head) :]: value for name, value in state.items() if name.startswith(head)}
-
-
-def _strings(values: Sequence[str]) -> NDArray[np.str_]:
-    return np.array(list(values), dtype=np.str_) if len(values) else np.empty(0, dtype="<U1")
+T = TypeVar("T", bound=WindowItem)
 
 
 def _floats(values: ArrayLike) -> FloatArray:
@@ -196,865 +95,6 @@ def _non_negative(method: str, name: str, values: FloatArray) -> None:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{method}: {name}[{i}] must be finite and >= 0 ms (got {float(values[i])!r})")
-
-
-def _wilson(successes: int, trials: int, level: float) -> tuple[float, float]:
-    """:func:`routing.reliability.simulation.wilson_interval` with exact ends: for k = n (k = 0) its upper (lower)
-    end can be an ulp inside 1 (0), e.g. 0.9999999999999998 for 149/149, leaving r = 1 outside."""
-    low, high = wilson_interval(successes, trials, level)
-    return (0.0 if successes == 0 else low), (1.0 if successes == trials else high)
-
-
-# --------------------------------------------------------------------------------------------
-# Moments
-# --------------------------------------------------------------------------------------------
-
-
-class Moments:
-    """Count, mean and central sums M2, M3 of a stream of numbers, merged a batch at a time.
-
-    Per batch, the batch's own moments are computed in two passes (numpy), then combined with
-    the running ones by the pairwise formulas: with n = n_a + n_b and delta = mean_b - mean_a,
-
-    - mean = mean_a + delta n_b / n,
-    - M2 = M2_a + M2_b + delta^2 n_a n_b / n (Chan, Golub and LeVeque, "Updating formulae and a
-      pairwise algorithm for computing sample variances", 1979),
-    - M3 = M3_a + M3_b + delta^3 n_a n_b (n_a - n_b) / n^2 + 3 delta (n_a M2_b - n_b M2_a) / n
-      (Pébay, "Formulas for robust, one-pass parallel computation of covariances and arbitrary-order
-      statistical moments", SAND2008-6212, eq. 2.2).
-
-    M2 = sum (x - mean)^2 and M3 = sum (x - mean)^3 over the values seen.
-
-    Examples
-    --------
-    >>> m = Moments()
-    >>> m.add([1.0, 2.0])
-    >>> other = Moments()
-    >>> other.add([3.0, 4.0])
-    >>> m.merge(other)
-    >>> m.count, m.mean, round(m.variance, 6), m.third_moment
-    (4, 2.5, 1.666667, 25.0)
-    """
-
-    __slots__ = ("_m2", "_m3", "_mean", "_n")
-
-    def __init__(self) -> None:
-        self._n = 0
-        self._mean = 0.0
-        self._m2 = 0.0
-        self._m3 = 0.0
-
-    def _combine(self, n_b: int, mean_b: float, m2_b: float, m3_b: float) -> None:
-        if n_b == 0:
-            return
-        n_a = self._n
-        if n_a == 0:
-            self._n, self._mean, self._m2, self._m3 = n_b, mean_b, m2_b, m3_b
-            return
-        n = n_a + n_b
-        delta = mean_b - self._mean
-        d_n = delta / n
-        m2_a = self._m2
-        self._m3 = self._m3 + m3_b + delta * d_n * d_n * n_a * n_b * (n_a - n_b) + 3.0 * d_n * (n_a * m2_b - n_b * m2_a)
-        self._m2 = m2_a + m2_b + delta * d_n * n_a * n_b
-        self._mean += d_n * n_b
-        self._n = n
-
-    def add(self, values: ArrayLike) -> None:
-        """Add a batch of finite numbers (any shape; flattened)."""
-        x = np.asarray(values, dtype=np.float64).reshape(-1)
-        if x.size == 0:
-            return
-        mean_b = float(x.mean())
-        d = x - mean_b
-        d2 = d * d
-        self._combine(int(x.size), mean_b, float(d2.sum()), float((d2 * d).sum()))
-
-    def merge(self, other: Moments) -> None:
-        """Add everything ``other`` has seen (``other`` is unchanged)."""
-        self._combine(other._n, other._mean, other._m2, other._m3)
-
-    def copy(self) -> Moments:
-        out = Moments()
-        out._n, out._mean, out._m2, out._m3 = self._n, self._mean, self._m2, self._m3
-        return out
-
-    @property
-    def count(self) -> int:
-        """Values seen."""
-        return self._n
-
-    @property
-    def sum(self) -> float:
-        """Sum of the values."""
-        return self._n * self._mean
-
-    @property
-    def mean(self) -> float:
-        """Sample mean (NaN when empty)."""
-        return self._mean if self._n else math.nan
-
-    @property
-    def variance(self) -> float:
-        """Unbiased sample variance M2 / (n - 1) (NaN for fewer than 2 values)."""
-        return self._m2 / (self._n - 1) if self._n > 1 else math.nan
-
-    @property
-    def scv(self) -> float:
-        """Squared coefficient of variation variance / mean^2 (c^2; 0 when the mean is 0)."""
-        if self._n < 2:
-            return math.nan
-        return 0.0 if self._mean == 0.0 else self.variance / (self._mean * self._mean)
-
-    @property
-    def third_moment(self) -> float:
-        """Raw third moment E[X^3] = M3/n + 3 mean M2/n + mean^3 (plug-in; NaN when empty)."""
-        if self._n == 0:
-            return math.nan
-        n, m = self._n, self._mean
-        return self._m3 / n + 3.0 * m * self._m2 / n + m**3
-
-    @property
-    def central_sums(self) -> tuple[float, float]:
-        """(M2, M3), the central sums of squares and cubes."""
-        return self._m2, self._m3
-
-    def to_state(self) -> State:
-        return {
-            "n": np.array([self._n], dtype=np.int64),
-            "sums": np.array([self._mean, self._m2, self._m3], dtype=np.float64),
-        }
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, NDArray[Any]]) -> Moments:
-        out = cls()
-        out._n = int(state["n"][0])
-        out._mean, out._m2, out._m3 = (float(v) for v in state["sums"])
-        return out
-
-    def to_bytes(self) -> bytes:
-        return _pack("Moments", self.to_state())
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Moments:
-        return cls.from_state(_unpack("Moments", data))
-
-    def __repr__(self) -> str:
-        return f"Moments(count={self._n}, mean={self.mean:.6g}, variance={self.variance:.6g})"
-
-
-# --------------------------------------------------------------------------------------------
-# Tally
-# --------------------------------------------------------------------------------------------
-
-
-class Tally:
-    """Successes out of trials (on-time deliveries out of matching events).
-
-    Examples
-    --------
-    >>> t = Tally()
-    >>> t.add([True, True, False, True])
-    >>> t.successes, t.trials, t.proportion
-    (3, 4, 0.75)
-    """
-
-    __slots__ = ("_k", "_n")
-
-    def __init__(self) -> None:
-        self._k = 0
-        self._n = 0
-
-    def add(self, values: ArrayLike) -> None:
-        """Add a batch of outcomes (booleans: True is a success)."""
-        x = np.asarray(values, dtype=np.bool_).reshape(-1)
-        self._k += int(np.count_nonzero(x))
-        self._n += int(x.size)
-
-    def merge(self, other: Tally) -> None:
-        self._k += other._k
-        self._n += other._n
-
-    def copy(self) -> Tally:
-        out = Tally()
-        out._k, out._n = self._k, self._n
-        return out
-
-    @property
-    def successes(self) -> int:
-        return self._k
-
-    @property
-    def trials(self) -> int:
-        return self._n
-
-    @property
-    def proportion(self) -> float:
-        """successes / trials (NaN without trials)."""
-        return self._k / self._n if self._n else math.nan
-
-    def interval(self, level: float = 0.90) -> tuple[float, float]:
-        """Wilson score interval (:func:`routing.reliability.simulation.wilson_interval`)."""
-        return _wilson(self._k, self._n, level)
-
-    def to_state(self) -> State:
-        return {"counts": np.array([self._k, self._n], dtype=np.int64)}
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, NDArray[Any]]) -> Tally:
-        out = cls()
-        out._k, out._n = (int(v) for v in state["counts"])
-        return out
-
-    def to_bytes(self) -> bytes:
-        return _pack("Tally", self.to_state())
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Tally:
-        return cls.from_state(_unpack("Tally", data))
-
-    def __repr__(self) -> str:
-        return f"Tally({self._k}/{self._n})"
-
-
-# --------------------------------------------------------------------------------------------
-# DelaySketch
-# --------------------------------------------------------------------------------------------
-
-
-class DelaySketch:
-    """A mergeable quantile/CDF sketch of non-negative delays in ms (a DDSketch-style log histogram).
-
-    Bucket i counts the delays in [gamma^i, gamma^(i+1)), gamma = (1 + alpha) / (1 - alpha), alpha the
-    ``relative_accuracy``; delays below ``zero_below_ms`` count as exactly 0 (an absolute error of at
-    most ``zero_below_ms``), which keeps the atom of a queueing wait at 0. The CDF is linear inside a
-    bucket, the first and last buckets clipped to the exact smallest positive and largest delay.
-    The module docstring explains the choice and its measured accuracy.
-
-    Parameters
-    ----------
-    relative_accuracy : float
-        alpha in (0, 1): quantiles are within relative error alpha.
-    zero_below_ms : float
-        Delays below this are 0.
-
-    Examples
-    --------
-    >>> x = np.random.default_rng(1).exponential(10.0, 100_000)
-    >>> s = DelaySketch()
-    >>> s.add(x)
-    >>> s.count, s.buckets < 2000
-    (100000, True)
-    >>> d99 = float(np.quantile(x, 0.99))
-    >>> bool(abs(s.cdf(d99) - np.mean(x <= d99)) < 1e-4), bool(abs(s.quantile(0.99) / d99 - 1) < 0.005)
-    (True, True)
-    >>> mass, tail = s.pmf_on_grid(10.0, 3)  # [0, 10), [10, 20), [20, 30) and beyond
-    >>> mass.round(3).tolist(), round(tail, 3)
-    ([0.632, 0.235, 0.084], 0.049)
-    """
-
-    __slots__ = ("_alpha", "_counts", "_index", "_ln_gamma", "_max", "_min", "_min_pos", "_zero", "_zero_below")
-
-    def __init__(self, relative_accuracy: float = 0.005, zero_below_ms: float = 1e-3) -> None:
-        if not 0.0 < relative_accuracy < 1.0:
-            raise ValueError(f"relative_accuracy must be in (0, 1) (got {relative_accuracy})")
-        if not zero_below_ms > 0.0:
-            raise ValueError(f"zero_below_ms must be > 0 (got {zero_below_ms})")
-        self._alpha = float(relative_accuracy)
-        self._zero_below = float(zero_below_ms)
-        self._ln_gamma = math.log((1.0 + self._alpha) / (1.0 - self._alpha))
-        self._index: IntArray = np.empty(0, dtype=np.int64)
-        self._counts: IntArray = np.empty(0, dtype=np.int64)
-        self._zero = 0
-        self._min = math.inf
-        self._max = -math.inf
-        self._min_pos = math.inf
-
-    # -- updates -------------------------------------------------------------------------
-
-    def add(self, values: ArrayLike) -> None:
-        """Add a batch of delays in ms (finite, >= 0)."""
-        x = np.asarray(values, dtype=np.float64).reshape(-1)
-        if x.size == 0:
-            return
-        _non_negative("DelaySketch.add", "values", x)
-        small = x < self._zero_below
-        self._zero += int(np.count_nonzero(small))
-        self._min = min(self._min, float(x.min()))
-        self._max = max(self._max, float(x.max()))
-        pos = x[~small]
-        if pos.size:
-            self._min_pos = min(self._min_pos, float(pos.min()))
-            idx = np.floor(np.log(pos) / self._ln_gamma).astype(np.int64)
-            index, counts = np.unique(idx, return_counts=True)
-            self._absorb(index, counts.astype(np.int64))
-
-    def _absorb(self, index: IntArray, counts: IntArray) -> None:
-        if self._index.size == 0:
-            self._index, self._counts = index.copy(), counts.copy()
-            return
-        both = np.concatenate((self._index, index))
-        merged, inverse = np.unique(both, return_inverse=True)
-        self._counts = np.bincount(
-            inverse, weights=np.concatenate((self._counts, counts)), minlength=len(merged)
-        ).astype(np.int64)
-        self._index = merged
-
-    def merge(self, other: DelaySketch) -> None:
-        """Add everything ``other`` has seen (exact: counts add). Both need the same parameters."""
-        if (other._alpha, other._zero_below) != (self._alpha, self._zero_below):
-            raise ValueError(
-                f"cannot merge sketches with different parameters: relative_accuracy {self._alpha} vs "
-                f"{other._alpha}, zero_below_ms {self._zero_below} vs {other._zero_below}"
-            )
-        self._zero += other._zero
-        self._min = min(self._min, other._min)
-        self._max = max(self._max, other._max)
-        self._min_pos = min(self._min_pos, other._min_pos)
-        if other._index.size:
-            self._absorb(other._index, other._counts)
-
-    def copy(self) -> DelaySketch:
-        out = DelaySketch(self._alpha, self._zero_below)
-        out._index, out._counts = self._index.copy(), self._counts.copy()
-        out._zero, out._min, out._max, out._min_pos = self._zero, self._min, self._max, self._min_pos
-        return out
-
-    # -- reading -------------------------------------------------------------------------
-
-    @property
-    def relative_accuracy(self) -> float:
-        return self._alpha
-
-    @property
-    def count(self) -> int:
-        """Delays seen."""
-        return self._zero + int(self._counts.sum())
-
-    @property
-    def min(self) -> float:
-        """Smallest delay seen (inf when empty)."""
-        return self._min
-
-    @property
-    def max(self) -> float:
-        """Largest delay seen (-inf when empty)."""
-        return self._max
-
-    @property
-    def buckets(self) -> int:
-        """Non-empty buckets, the zero bucket included: the sketch's size."""
-        return int(self._index.size) + (self._zero > 0)
-
-    def _bounds(self) -> tuple[FloatArray, FloatArray]:
-        lo = np.exp(self._index * self._ln_gamma)
-        hi = np.exp((self._index + 1) * self._ln_gamma)
-        if lo.size:
-            lo[0] = self._min_pos
-            hi[-1] = self._max
-            hi = np.maximum(hi, lo)
-        return lo, hi
-
-    def _cdf(self, x: ArrayLike, left: bool) -> FloatArray:
-        xs = np.asarray(x, dtype=np.float64)
-        n = self.count
-        if n == 0:
-            return np.full(xs.shape, math.nan)
-        flat = xs.reshape(-1)
-        below = np.where(flat > 0.0 if left else flat >= 0.0, float(self._zero), 0.0)
-        if self._index.size:
-            lo, hi = self._bounds()
-            counts = self._counts.astype(np.float64)
-            before = np.concatenate(([0.0], np.cumsum(counts)))
-            j = np.searchsorted(lo, flat, side="right") - 1
-            inside = j >= 0
-            jj = np.maximum(j, 0)
-            width = hi[jj] - lo[jj]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                frac = np.where(width > 0.0, np.clip((flat - lo[jj]) / width, 0.0, 1.0), 0.0)
-            point = width <= 0.0  # a bucket of one value: a step there
-            frac = np.where(point, (flat > lo[jj]) if left else (flat >= lo[jj]), frac)
-            below = below + np.where(inside, before[jj] + counts[jj] * frac, 0.0)
-        out: FloatArray = np.minimum(below / n, 1.0).reshape(xs.shape)
-        return out
-
-    def cdf(self, x: ArrayLike) -> FloatArray:
-        """P(X <= x), element-wise, shaped like ``x`` (NaN when the sketch is empty)."""
-        return self._cdf(x, left=False)
-
-    def quantile(self, q: ArrayLike) -> FloatArray:
-        """The inverse of :meth:`cdf` at probabilities ``q`` in [0, 1], shaped like ``q``."""
-        qs = np.asarray(q, dtype=np.float64)
-        if np.any((qs < 0.0) | (qs > 1.0) | np.isnan(qs)):
-            raise ValueError(f"quantile: q must be in [0, 1] (got {qs.reshape(-1).tolist()[:5]})")
-        n = self.count
-        if n == 0:
-            return np.full(qs.shape, math.nan)
-        rank = qs.reshape(-1) * n - self._zero
-        out = np.zeros(rank.shape, dtype=np.float64)
-        positive = rank > 0.0
-        if self._index.size and positive.any():
-            lo, hi = self._bounds()
-            counts = self._counts.astype(np.float64)
-            cum = np.cumsum(counts)
-            r = rank[positive]
-            j = np.minimum(np.searchsorted(cum, r, side="left"), len(cum) - 1)
-            frac = np.clip((r - (cum[j] - counts[j])) / counts[j], 0.0, 1.0)
-            out[positive] = lo[j] + frac * (hi[j] - lo[j])
-        if self._zero == 0 and self._index.size:
-            out = np.maximum(out, self._min_pos)
-        result: FloatArray = out.reshape(qs.shape)
-        return result
-
-    def pmf_on_grid(self, step_ms: float, n: int) -> tuple[FloatArray, float]:
-        """Probability mass per grid cell [i step, (i + 1) step), i = 0..n-1, and the tail beyond.
-
-        Returns
-        -------
-        mass : float array of length n
-        tail : float
-            P(X >= n step), the mass a convolution on this grid must count as late, never on time
-            (QUEUEING-NOTES §7). ``mass.sum() + tail`` is 1.
-        """
-        if not step_ms > 0.0 or n < 1:
-            raise ValueError(f"pmf_on_grid: need step_ms > 0 and n >= 1 (got {step_ms}, {n})")
-        if self.count == 0:
-            raise ValueError("pmf_on_grid: the sketch is empty")
-        below = self._cdf(np.arange(n + 1, dtype=np.float64) * step_ms, left=True)
-        mass: FloatArray = np.maximum(np.diff(below), 0.0)
-        return mass, float(max(1.0 - below[-1], 0.0))
-
-    def to_distribution(self, max_points: int = 200) -> Empirical:
-        """A compact :class:`routing.stats.distributions.Empirical` of at most ``max_points`` values.
-
-        Consecutive buckets are grouped, each group becoming one value (the count-weighted mean of
-        its buckets' midpoints, so the mean is kept) with the group's probability. The groups are
-        equal steps of u = 2 F - ln max(S, 1e-4), F the mass below a bucket and S = 1 - F: in the
-        body a group holds at most about a step / 2 of mass, in the tail at most a fraction (the
-        step) of the survival S, so the CDF keeps its *relative* accuracy where R near 0.99 reads
-        it. At 200 values the CDF error near the 0.99 quantile is about 6 % of 1 - F (measured on
-        10^5 lognormal, exponential and M/M/1-wait delays; grouping by log value alone gave 10-23 %).
-        """
-        if max_points < 2:
-            raise ValueError(f"max_points must be >= 2 (got {max_points})")
-        n = self.count
-        if n == 0:
-            raise ValueError("to_distribution: the sketch is empty")
-        values: list[float] = [0.0] if self._zero else []
-        weights: list[float] = [float(self._zero)] if self._zero else []
-        if self._index.size:
-            lo, hi = self._bounds()
-            counts = self._counts.astype(np.float64)
-            below = (self._zero + np.concatenate(([0.0], np.cumsum(counts)[:-1]))) / n
-            u = 2.0 * below - np.log(np.maximum(1.0 - below, 1e-4))
-            room = max_points - (self._zero > 0)
-            span = float(u[-1] - u[0])
-            scale = (room - 1) / span if span > 0.0 else 0.0
-            inverse = np.unique(np.floor((u - u[0]) * scale).astype(np.int64), return_inverse=True)[1]
-            mass = np.bincount(inverse, weights=counts)
-            values += (np.bincount(inverse, weights=counts * 0.5 * (lo + hi)) / mass).tolist()
-            weights += mass.tolist()
-        total = math.fsum(weights)
-        return Empirical(tuple(values), tuple(w / total for w in weights))
-
-    # -- state ---------------------------------------------------------------------------
-
-    def to_state(self) -> State:
-        return {
-            "params": np.array([self._alpha, self._zero_below], dtype=np.float64),
-            "extent": np.array([self._min, self._max, self._min_pos], dtype=np.float64),
-            "zero": np.array([self._zero], dtype=np.int64),
-            "index": self._index.copy(),
-            "counts": self._counts.copy(),
-        }
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, NDArray[Any]]) -> DelaySketch:
-        alpha, zero_below = (float(v) for v in state["params"])
-        out = cls(alpha, zero_below)
-        out._min, out._max, out._min_pos = (float(v) for v in state["extent"])
-        out._zero = int(state["zero"][0])
-        out._index = np.asarray(state["index"], dtype=np.int64).copy()
-        out._counts = np.asarray(state["counts"], dtype=np.int64).copy()
-        return out
-
-    def to_bytes(self) -> bytes:
-        return _pack("DelaySketch", self.to_state())
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> DelaySketch:
-        return cls.from_state(_unpack("DelaySketch", data))
-
-    def __repr__(self) -> str:
-        return f"DelaySketch(count={self.count}, buckets={self.buckets}, relative_accuracy={self._alpha})"
-
-
-# --------------------------------------------------------------------------------------------
-# SequenceLog and link loss
-# --------------------------------------------------------------------------------------------
-
-
-def _union_runs(starts: IntArray, ends: IntArray) -> tuple[IntArray, IntArray]:
-    """The union of the integer ranges [starts[i], ends[i]] as sorted, disjoint, non-adjacent runs."""
-    if starts.size == 0:
-        return starts, ends
-    order = np.lexsort((ends, starts))
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=np.bool_)
-    new[1:] = s[1:] > reach[:-1] + 1
-    first = np.flatnonzero(new)
-    return s[first], np.maximum.reduceat(e, first)
-
-
-class SequenceLog:
-    """The distinct sequence numbers a link's receiver has seen, as runs of consecutive numbers.
-
-    A link numbers its transmissions 0, 1, 2, ... in sending order (SiftStream ``LinkSample.seq``);
-    the receiver sees the ones not lost, possibly reordered or duplicated. The log keeps the union as
-    runs [start, end], so its size is the number of gaps, not of messages, and duplicates vanish.
-    QUEUEING-NOTES §4.4: received = distinct numbers seen, expected = last - first + 1.
-
-    Examples
-    --------
-    >>> log = SequenceLog()
-    >>> log.add([0, 1, 2, 5, 5, 3])
-    >>> log.received, log.expected, log.runs
-    (5, 6, 2)
-    """
-
-    __slots__ = ("_ends", "_starts")
-
-    def __init__(self) -> None:
-        self._starts: IntArray = np.empty(0, dtype=np.int64)
-        self._ends: IntArray = np.empty(0, dtype=np.int64)
-
-    def add(self, values: ArrayLike) -> None:
-        """Add received sequence numbers (integers >= 0; any order, duplicates allowed)."""
-        seq = np.unique(np.asarray(values, dtype=np.int64).reshape(-1))
-        if seq.size == 0:
-            return
-        if seq[0] < 0:
-            raise ValueError(f"SequenceLog.add: sequence numbers must be >= 0 (got {int(seq[0])})")
-        cut = np.flatnonzero(np.diff(seq) > 1) + 1
-        starts = seq[np.concatenate(([0], cut))]
-        ends = seq[np.concatenate((cut - 1, [len(seq) - 1]))]
-        self._starts, self._ends = _union_runs(
-            np.concatenate((self._starts, starts)), np.concatenate((self._ends, ends))
-        )
-
-    def merge(self, other: SequenceLog) -> None:
-        self._starts, self._ends = _union_runs(
-            np.concatenate((self._starts, other._starts)), np.concatenate((self._ends, other._ends))
-        )
-
-    def copy(self) -> SequenceLog:
-        out = SequenceLog()
-        out._starts, out._ends = self._starts.copy(), self._ends.copy()
-        return out
-
-    @property
-    def received(self) -> int:
-        """Distinct sequence numbers seen."""
-        return int((self._ends - self._starts + 1).sum())
-
-    @property
-    def expected(self) -> int:
-        """last - first + 1 (0 when empty)."""
-        return int(self._ends[-1] - self._starts[0] + 1) if self._starts.size else 0
-
-    @property
-    def runs(self) -> int:
-        """Runs of consecutive numbers: the log's size."""
-        return int(self._starts.size)
-
-    def to_state(self) -> State:
-        return {"starts": self._starts.copy(), "ends": self._ends.copy()}
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, NDArray[Any]]) -> SequenceLog:
-        out = cls()
-        out._starts = np.asarray(state["starts"], dtype=np.int64).copy()
-        out._ends = np.asarray(state["ends"], dtype=np.int64).copy()
-        return out
-
-    def to_bytes(self) -> bytes:
-        return _pack("SequenceLog", self.to_state())
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> SequenceLog:
-        return cls.from_state(_unpack("SequenceLog", data))
-
-    def __repr__(self) -> str:
-        return f"SequenceLog(received={self.received}, expected={self.expected}, runs={self.runs})"
-
-
-@dataclass(frozen=True)
-class LinkLossEstimate:
-    """A link's reliability r_l from the sequence numbers received (QUEUEING-NOTES §4.4-4.5).
-
-    Attributes
-    ----------
-    received, expected : int
-        Distinct sequence numbers seen, and last - first + 1, over the settled part of the window.
-    reliability : float
-        r_l = received / expected (NaN when expected is 0).
-    reliability_low, reliability_high : float
-        Wilson score interval at ``level`` (0 and 1 when expected is 0). It assumes independent
-        losses; bursty (Gilbert-Elliott) loss makes it too narrow.
-    level : float
-    """
-
-    received: int
-    expected: int
-    reliability: float
-    reliability_low: float
-    reliability_high: float
-    level: float
-
-    @classmethod
-    def from_log(cls, log: SequenceLog | None, level: float = 0.90) -> LinkLossEstimate:
-        """The estimate from a (merged) :class:`SequenceLog`.
-
-        Examples
-        --------
-        >>> log = SequenceLog()
-        >>> log.add(np.delete(np.arange(100), [10, 20]))
-        >>> est = LinkLossEstimate.from_log(log)
-        >>> est.received, est.expected, est.reliability, round(est.reliability_low, 3)
-        (98, 100, 0.98, 0.941)
-        """
-        k = log.received if log is not None else 0
-        n = log.expected if log is not None else 0
-        low, high = _wilson(k, n, level)
-        return cls(k, n, k / n if n else math.nan, low, high, level)
-
-
-# --------------------------------------------------------------------------------------------
-# RollingWindow
-# --------------------------------------------------------------------------------------------
-
-
-class WindowItem(Protocol):
-    """What a :class:`RollingWindow` holds per bucket: a mergeable, serialisable summary."""
-
-    def add(self, values: NDArray[Any]) -> None: ...
-
-    def merge(self, other: Self) -> None: ...
-
-    def copy(self) -> Self: ...
-
-    def to_state(self) -> State: ...
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, NDArray[Any]]) -> Self: ...
-
-
-T = TypeVar("T", bound=WindowItem)
-
-
-class RollingWindow(Generic[T]):
-    """Per key, a ring of time buckets of ``bucket_ms`` holding one mergeable summary each.
-
-    A query merges the buckets of the window that ends at a given time (module docstring, "Windows
-    and time"). The newest bucket seen (by :meth:`add` or :meth:`advance`) decides what is kept: the
-    last ``retain`` buckets up to it; older buckets are dropped, and values for a dropped bucket are
-    ignored and counted in :attr:`late_dropped` (QUEUEING-NOTES §4.2: no deletion from sketches).
-
-    Parameters
-    ----------
-    factory : callable
-        Makes an empty summary, e.g. ``Moments`` or ``lambda: DelaySketch(0.01)``.
-    bucket_ms : int
-        Bucket length.
-    buckets : int
-        Buckets per window.
-    retain : int, optional
-        Buckets kept (default ``buckets``); more lets a window that ends before the newest bucket
-        be queried whole.
-
-    Examples
-    --------
-    >>> w = RollingWindow(Moments, bucket_ms=1000, buckets=2)
-    >>> w.add("b1", [100.0, 1500.0, 2500.0], np.array([1.0, 2.0, 3.0]))
-    >>> w.query("b1", 3000.0).count, w.query("b1", 3000.0).mean  # [1000, 3000)
-    (2, 2.5)
-    >>> w.query("b1", 2000.0).count  # [0, 2000), but the bucket [0, 1000) was dropped
-    1
-    >>> w.span(3000.0)
-    (1000.0, 3000.0)
-    """
-
-    def __init__(
-        self, factory: Callable[[], T], *, bucket_ms: int = 10_000, buckets: int = 30, retain: int | None = None
-    ) -> None:
-        retain = buckets if retain is None else retain
-        if bucket_ms <= 0 or buckets <= 0 or retain < buckets:
-            raise ValueError(f"need bucket_ms > 0 and 0 < buckets <= retain (got {bucket_ms}, {buckets}, {retain})")
-        self._factory = factory
-        self._bucket_ms = int(bucket_ms)
-        self._buckets = int(buckets)
-        self._retain = int(retain)
-        self._data: dict[str, dict[int, T]] = {}
-        self._newest: int | None = None
-        self._dropped = 0
-        # query results until the data changes: a report reads each estimate more than once
-        # (the system, the bootstrap's redraws, the per-subscriber records), and merging a
-        # window's 30 sketches was about half of a full window's report
-        self._merged: dict[tuple[str, float, float | None], T | None] = {}
-
-    @property
-    def bucket_ms(self) -> int:
-        return self._bucket_ms
-
-    @property
-    def buckets(self) -> int:
-        return self._buckets
-
-    @property
-    def retain(self) -> int:
-        return self._retain
-
-    @property
-    def late_dropped(self) -> int:
-        """Values that arrived for a bucket already dropped."""
-        return self._dropped
-
-    def _last_bucket(self, end_ms: float) -> int:
-        return math.ceil(end_ms / self._bucket_ms) - 1
-
-    def span(self, end_ms: float) -> tuple[float, float]:
-        """[start, stop) in ms of the window that ends at ``end_ms``."""
-        e = self._last_bucket(end_ms)
-        return float((e - self._buckets + 1) * self._bucket_ms), float((e + 1) * self._bucket_ms)
-
-    def _rotate(self, newest: int) -> None:
-        if self._newest is not None and newest <= self._newest:
-            return
-        self._newest = newest
-        self._merged.clear()
-        oldest = newest - self._retain + 1
-        for key in list(self._data):
-            ring = self._data[key]
-            for b in [b for b in ring if b < oldest]:
-                del ring[b]
-            if not ring:
-                del self._data[key]
-
-    def advance(self, now_ms: float) -> None:
-        """Time has reached ``now_ms``: drop the buckets before the window that ends there."""
-        self._rotate(self._last_bucket(now_ms))
-
-    def add(self, key: str, t_ms: ArrayLike, values: ArrayLike) -> None:
-        """Add ``values`` (rows aligned with ``t_ms``) to ``key``'s buckets by time."""
-        t = np.asarray(t_ms, dtype=np.float64).reshape(-1)
-        v = np.asarray(values)
-        if len(t) != len(v):
-            raise ValueError(f"RollingWindow.add: {len(t)} times but {len(v)} values")
-        if t.size == 0:
-            return
-        if not np.isfinite(t).all():
-            raise ValueError("RollingWindow.add: times must be finite")
-        bucket = np.floor(t / self._bucket_ms).astype(np.int64)
-        self._rotate(int(bucket.max()))
-        assert self._newest is not None
-        oldest = self._newest - self._retain + 1
-        late = bucket < oldest
-        self._dropped += int(np.count_nonzero(late))
-        if late.all():
-            return
-        self._merged.clear()
-        ring = self._data.setdefault(key, {})
-        keep = np.flatnonzero(~late)
-        keep = keep[np.argsort(bucket[keep], kind="stable")]
-        ids, starts = np.unique(bucket[keep], return_index=True)
-        for b, rows in zip(ids.tolist(), np.split(keep, starts[1:]), strict=True):
-            item = ring.get(b)
-            if item is None:
-                item = ring[b] = self._factory()
-            item.add(v[rows])
-
-    def keys(self) -> list[str]:
-        """Keys with at least one kept bucket, sorted."""
-        return sorted(self._data)
-
-    def items(self, key: str, end_ms: float) -> list[tuple[int, T]]:
-        """(bucket index, summary) of the window ending at ``end_ms``, oldest first (not copies)."""
-        e = self._last_bucket(end_ms)
-        ring = self._data.get(key, {})
-        return sorted(((b, item) for b, item in ring.items() if e - self._buckets < b <= e), key=lambda p: p[0])
-
-    def query(self, key: str, end_ms: float, *, before_ms: float | None = None) -> T | None:
-        """The merge of ``key``'s buckets in the window ending at ``end_ms`` (None when none).
-
-        ``before_ms``, when given, keeps only the buckets that end at or before it. The result is
-        the caller's own (a copy of the merge, which is kept until the data changes).
-        """
-        memo = (key, float(end_ms), before_ms)
-        if memo in self._merged:
-            found = self._merged[memo]
-            return None if found is None else found.copy()
-        merged: T | None = None
-        for b, item in self.items(key, end_ms):
-            if before_ms is not None and (b + 1) * self._bucket_ms > before_ms:
-                continue
-            if merged is None:
-                merged = item.copy()
-            else:
-                merged.merge(item)
-        self._merged[memo] = merged
-        return None if merged is None else merged.copy()
-
-    def to_state(self) -> State:
-        keys: list[str] = []
-        bucket_ids: list[int] = []
-        parts: dict[str, list[NDArray[Any]]] = {}
-        for key in sorted(self._data):
-            for b, item in sorted(self._data[key].items()):
-                keys.append(key)
-                bucket_ids.append(b)
-                for name, arr in item.to_state().items():
-                    parts.setdefault(name, []).append(np.asarray(arr).reshape(-1))
-        state: State = {
-            "config": np.array(
-                [
-                    self._bucket_ms,
-                    self._buckets,
-                    self._retain,
-                    -1 if self._newest is None else self._newest,
-                    self._dropped,
-                ],
-                dtype=np.int64,
-            ),
-            "has_newest": np.array([self._newest is not None]),
-            "keys": _strings(keys),
-            "bucket": np.array(bucket_ids, dtype=np.int64),
-        }
-        for name, arrays in parts.items():
-            state[f"item.{name}"] = np.concatenate(arrays)
-            state[f"len.{name}"] = np.array([len(a) for a in arrays], dtype=np.int64)
-        return state
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, NDArray[Any]], factory: Callable[[], T]) -> RollingWindow[T]:
-        bucket_ms, buckets, retain, newest, dropped = (int(v) for v in state["config"])
-        out = cls(factory, bucket_ms=bucket_ms, buckets=buckets, retain=retain)
-        out._newest = newest if bool(state["has_newest"][0]) else None
-        out._dropped = dropped
-        kind = type(factory())
-        names = [name[len("item.") :] for name in state if name.startswith("item.")]
-        offsets = {name: np.concatenate(([0], np.cumsum(state[f"len.{name}"]))) for name in names}
-        for i, (key, b) in enumerate(zip(state["keys"].tolist(), state["bucket"].tolist(), strict=True)):
-            item_state = {name: state[f"item.{name}"][offsets[name][i] : offsets[name][i + 1]] for name in names}
-            out._data.setdefault(str(key), {})[int(b)] = kind.from_state(item_state)
-        return out
-
-    def to_bytes(self) -> bytes:
-        return _pack("RollingWindow", self.to_state())
-
-    @classmethod
-    def from_bytes(cls, data: bytes, factory: Callable[[], T]) -> RollingWindow[T]:
-        return cls.from_state(_unpack("RollingWindow", data), factory)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1189,6 +229,47 @@ class BrokerEstimate:
 
 
 @dataclass(frozen=True)
+class LinkLossEstimate:
+    """A link's reliability r_l from the sequence numbers received (QUEUEING-NOTES §4.4-4.5).
+
+    Attributes
+    ----------
+    received, expected : int
+        Distinct sequence numbers seen, and last - first + 1, over the settled part of the window.
+    reliability : float
+        r_l = received / expected (NaN when expected is 0).
+    reliability_low, reliability_high : float
+        Wilson score interval at ``level`` (0 and 1 when expected is 0). It assumes independent
+        losses; bursty (Gilbert-Elliott) loss makes it too narrow.
+    level : float
+    """
+
+    received: int
+    expected: int
+    reliability: float
+    reliability_low: float
+    reliability_high: float
+    level: float
+
+    @classmethod
+    def from_log(cls, log: SequenceLog | None, level: float = 0.90) -> LinkLossEstimate:
+        """The estimate from a (merged) :class:`SequenceLog`.
+
+        Examples
+        --------
+        >>> log = SequenceLog()
+        >>> log.add(np.delete(np.arange(100), [10, 20]))
+        >>> est = LinkLossEstimate.from_log(log)
+        >>> est.received, est.expected, est.reliability, round(est.reliability_low, 3)
+        (98, 100, 0.98, 0.941)
+        """
+        k = log.received if log is not None else 0
+        n = log.expected if log is not None else 0
+        low, high = wilson_interval(k, n, level, exact_ends=True)
+        return cls(k, n, k / n if n else math.nan, low, high, level)
+
+
+@dataclass(frozen=True)
 class LinkEstimate:
     """A link over a window (messages sent in it).
 
@@ -1257,30 +338,6 @@ class EstimatedSystem:
 
     system: dict[str, Any]
     no_data: tuple[str, ...]
-
-
-def batch_means_interval(successes: IntArray, trials: IntArray, level: float) -> tuple[float, float]:
-    """Interval for the ratio sum(k) / sum(n) with the batches (k_i, n_i) as independent replicates.
-
-    The ratio estimator's variance is b/(b - 1) sum (k_i - R n_i)^2 / (sum n)^2 (Cochran, "Sampling
-    Techniques", 3rd ed., §6.4), with a Student t quantile of b - 1 degrees of freedom.
-
-    Examples
-    --------
-    >>> k = np.array([9, 8, 10, 9]); n = np.array([10, 10, 10, 10])
-    >>> [round(x, 3) for x in batch_means_interval(k, n, 0.9)]
-    [0.804, 0.996]
-    """
-    k = np.asarray(successes, dtype=np.float64)
-    n = np.asarray(trials, dtype=np.float64)
-    b = len(k)
-    total = float(n.sum())
-    if b < 2 or total == 0.0:
-        return math.nan, math.nan
-    r = float(k.sum()) / total
-    var = b / (b - 1) * float(((k - r * n) ** 2).sum()) / total**2
-    half = float(stats.t.ppf(0.5 + level / 2.0, b - 1)) * math.sqrt(var)
-    return max(0.0, r - half), min(1.0, r + half)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1780,7 +837,7 @@ class TelemetryEstimator:
         k = np.array([t.successes for _, t in parts], dtype=np.int64)
         n = np.array([t.trials for _, t in parts], dtype=np.int64)
         on_time, matching = int(k.sum()), int(n.sum())
-        low, high = _wilson(on_time, matching, self._config.level)
+        low, high = wilson_interval(on_time, matching, self._config.level, exact_ends=True)
         used = n > 0
         b_low = b_high = math.nan
         if int(used.sum()) >= self._config.min_batches:
@@ -1849,19 +906,19 @@ class TelemetryEstimator:
     def to_state(self) -> State:
         state: State = {"config": np.array([json.dumps(asdict(self._config))])}
         for name, window in self._windows().items():
-            state.update(_nest(f"w.{name}", window.to_state()))
+            state.update(nest_state(f"w.{name}", window.to_state()))
         for stream, last in self._last.items():
-            state[f"last.{stream}.keys"] = _strings(list(last))
+            state[f"last.{stream}.keys"] = string_array(list(last))
             state[f"last.{stream}.values"] = np.array(list(last.values()), dtype=np.float64)
         state["origin"] = np.array([self._origin.get(s, math.inf) for s in _STREAMS], dtype=np.float64)
         state["clock"] = np.array([self._clock, self._watermark], dtype=np.float64)
         state["counters"] = np.array([self._counters[k] for k in _COUNTERS], dtype=np.int64)
-        state["ev.id"] = _strings(self._ev_id)
+        state["ev.id"] = string_array(self._ev_id)
         state["ev.published"] = self._ev_published.copy()
         state["ev.deadline"] = self._ev_deadline.copy()
         state["ev.seen"] = self._ev_seen.copy()
         state["ev.resolved"] = self._ev_resolved.copy()
-        state["sub.id"] = _strings(self._sub_id)
+        state["sub.id"] = string_array(self._sub_id)
         state["m.slot"], state["m.sub"] = self._m_slot.copy(), self._m_sub.copy()
         state["r.slot"], state["r.sub"], state["r.at"] = self._r_slot.copy(), self._r_sub.copy(), self._r_at.copy()
         return state
@@ -1870,7 +927,7 @@ class TelemetryEstimator:
     def from_state(cls, state: Mapping[str, NDArray[Any]], *, match: Match | None = None) -> TelemetryEstimator:
         out = cls(EstimationConfig(**json.loads(str(state["config"][0]))), match=match)
         for name, kind in _WINDOWS.items():
-            setattr(out, f"_{name}", RollingWindow.from_state(_child(f"w.{name}", state), out._factory(kind)))
+            setattr(out, f"_{name}", RollingWindow.from_state(child_state(f"w.{name}", state), out._factory(kind)))
         for stream in out._last:
             keys = [str(k) for k in state[f"last.{stream}.keys"].tolist()]
             out._last[stream] = dict(zip(keys, state[f"last.{stream}.values"].tolist(), strict=True))
@@ -1892,11 +949,11 @@ class TelemetryEstimator:
         return out
 
     def to_bytes(self) -> bytes:
-        return _pack("TelemetryEstimator", self.to_state())
+        return pack_state("TelemetryEstimator", self.to_state())
 
     @classmethod
     def from_bytes(cls, data: bytes, *, match: Match | None = None) -> TelemetryEstimator:
-        return cls.from_state(_unpack("TelemetryEstimator", data), match=match)
+        return cls.from_state(unpack_state("TelemetryEstimator", data), match=match)
 
 
 def add_link_delays(

@@ -96,7 +96,7 @@ import scipy.fft as sfft
 from numpy.typing import NDArray
 from scipy import special, stats
 
-from routing.reliability.simulation import (
+from routing.reliability.system import (
     Matcher,
     Matching,
     Network,

@@ -18,7 +18,7 @@ import pytest
 from infra.connection import KafkaConnection
 from producers import overlay
 from producers.kafka_writer import KafkaWriter
-from routing.reliability.simulation import reliability_tree_system
+from routing.reliability.evaluation_system import reliability_tree_system
 from schemas.codec import codec_for
 from streaming.qos_job import QosConfig, run
 from streaming.readers import read_topic

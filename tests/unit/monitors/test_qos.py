@@ -12,7 +12,8 @@ from routing.matching.table import SubscriptionRecord
 from routing.monitors.qos import MonitorConfig, QosMonitor, _Empirical, _scale, _scaled, _with_cached_moments
 from routing.reliability import qos
 from routing.reliability.estimation import EstimationConfig
-from routing.reliability.simulation import SimulationResult, reliability_tree_system
+from routing.reliability.evaluation_system import reliability_tree_system
+from routing.reliability.simulator import SimulationResult
 from routing.stats.distributions import parse_distribution
 
 EPOCH = 10_000_000.0  # simulated ms -> "wall" ms, so warm-up times stay positive

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from producers import overlay
-from routing.reliability.simulation import reliability_tree_system
+from routing.reliability.evaluation_system import reliability_tree_system
 from schemas.codec import codec_for, decode_wire
 from schemas.rules import validate
 

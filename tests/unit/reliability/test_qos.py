@@ -20,7 +20,7 @@ import pytest
 from scipy import optimize
 
 from routing.reliability import qos
-from routing.reliability.simulation import simulate
+from routing.reliability.simulator import simulate
 from routing.stats.distributions import parse_distribution
 
 ZERO = {"kind": "deterministic", "value": 0}

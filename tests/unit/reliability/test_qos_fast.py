@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 from scipy import special
 
 from routing.reliability import qos
-from routing.reliability.simulation import (
+from routing.reliability.evaluation_system import reliability_tree_system
+from routing.reliability.system import (
     compile_routes,
     compile_system,
     match_content,
-    reliability_tree_system,
     validate_system,
 )
 from routing.stats.distributions import Exponential, Gamma, Lognormal, parse_distribution

@@ -1,0 +1,259 @@
+"""Rolling time windows of mergeable summaries: :class:`RollingWindow`.
+
+Per key (a broker, a link, a subscriber), a ring of time buckets of ``bucket_ms`` holds one
+summary each (any :class:`WindowItem`: :class:`routing.stats.moments.Moments`,
+:class:`routing.stats.delay_sketch.DelaySketch`, :class:`routing.stats.sequence_log.SequenceLog`,
+:class:`routing.stats.moments.Tally`); a query merges the buckets of the window. Old buckets are
+dropped whole, never subtracted from (QUEUEING-NOTES §4.2: exact window semantics, no deletion
+from sketches).
+
+Windows and time
+----------------
+All times are milliseconds. A window of ``buckets`` buckets of ``bucket_ms`` ending at ``end_ms``
+covers the buckets ``e - buckets + 1 .. e``, ``e = ceil(end_ms / bucket_ms) - 1``: for an ``end_ms``
+on a bucket boundary that is exactly [end_ms - buckets * bucket_ms, end_ms). The newest bucket seen
+decides what is kept: the last ``retain`` buckets up to it.
+
+Examples
+--------
+>>> from routing.stats.moments import Tally
+>>> w = RollingWindow(Tally, bucket_ms=1000, buckets=3)
+>>> w.add("s1", [500.0, 1500.0, 2500.0], np.array([True, False, True]))
+>>> w.query("s1", 3000.0).proportion
+0.6666666666666666
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from routing.stats.state import State, pack_state, string_array, unpack_state
+
+__all__ = ["RollingWindow", "WindowItem"]
+
+
+class WindowItem(Protocol):
+    """What a :class:`RollingWindow` holds per bucket: a mergeable, serialisable summary."""
+
+    def add(self, values: NDArray[Any]) -> None: ...
+
+    def merge(self, other: Self) -> None: ...
+
+    def copy(self) -> Self: ...
+
+    def to_state(self) -> State: ...
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, NDArray[Any]]) -> Self: ...
+
+
+T = TypeVar("T", bound=WindowItem)
+
+
+class RollingWindow(Generic[T]):
+    """Per key, a ring of time buckets of ``bucket_ms`` holding one mergeable summary each.
+
+    A query merges the buckets of the window that ends at a given time (module docstring, "Windows
+    and time"). The newest bucket seen (by :meth:`add` or :meth:`advance`) decides what is kept: the
+    last ``retain`` buckets up to it; older buckets are dropped, and values for a dropped bucket are
+    ignored and counted in :attr:`late_dropped` (QUEUEING-NOTES §4.2: no deletion from sketches).
+
+    Parameters
+    ----------
+    factory : callable
+        Makes an empty summary, e.g. ``Moments`` or ``lambda: DelaySketch(0.01)``.
+    bucket_ms : int
+        Bucket length.
+    buckets : int
+        Buckets per window.
+    retain : int, optional
+        Buckets kept (default ``buckets``); more lets a window that ends before the newest bucket
+        be queried whole.
+
+    Examples
+    --------
+    >>> from routing.stats.moments import Moments
+    >>> w = RollingWindow(Moments, bucket_ms=1000, buckets=2)
+    >>> w.add("b1", [100.0, 1500.0, 2500.0], np.array([1.0, 2.0, 3.0]))
+    >>> w.query("b1", 3000.0).count, w.query("b1", 3000.0).mean  # [1000, 3000)
+    (2, 2.5)
+    >>> w.query("b1", 2000.0).count  # [0, 2000), but the bucket [0, 1000) was dropped
+    1
+    >>> w.span(3000.0)
+    (1000.0, 3000.0)
+    """
+
+    def __init__(
+        self, factory: Callable[[], T], *, bucket_ms: int = 10_000, buckets: int = 30, retain: int | None = None
+    ) -> None:
+        retain = buckets if retain is None else retain
+        if bucket_ms <= 0 or buckets <= 0 or retain < buckets:
+            raise ValueError(f"need bucket_ms > 0 and 0 < buckets <= retain (got {bucket_ms}, {buckets}, {retain})")
+        self._factory = factory
+        self._bucket_ms = int(bucket_ms)
+        self._buckets = int(buckets)
+        self._retain = int(retain)
+        self._data: dict[str, dict[int, T]] = {}
+        self._newest: int | None = None
+        self._dropped = 0
+        # query results until the data changes: a report reads each estimate more than once
+        # (docs/decisions/rolling-window-query-memo.md)
+        self._merged: dict[tuple[str, float, float | None], T | None] = {}
+
+    @property
+    def bucket_ms(self) -> int:
+        return self._bucket_ms
+
+    @property
+    def buckets(self) -> int:
+        return self._buckets
+
+    @property
+    def retain(self) -> int:
+        return self._retain
+
+    @property
+    def late_dropped(self) -> int:
+        """Values that arrived for a bucket already dropped."""
+        return self._dropped
+
+    def _last_bucket(self, end_ms: float) -> int:
+        return math.ceil(end_ms / self._bucket_ms) - 1
+
+    def span(self, end_ms: float) -> tuple[float, float]:
+        """[start, stop) in ms of the window that ends at ``end_ms``."""
+        e = self._last_bucket(end_ms)
+        return float((e - self._buckets + 1) * self._bucket_ms), float((e + 1) * self._bucket_ms)
+
+    def _rotate(self, newest: int) -> None:
+        if self._newest is not None and newest <= self._newest:
+            return
+        self._newest = newest
+        self._merged.clear()
+        oldest = newest - self._retain + 1
+        for key in list(self._data):
+            ring = self._data[key]
+            for b in [b for b in ring if b < oldest]:
+                del ring[b]
+            if not ring:
+                del self._data[key]
+
+    def advance(self, now_ms: float) -> None:
+        """Time has reached ``now_ms``: drop the buckets before the window that ends there."""
+        self._rotate(self._last_bucket(now_ms))
+
+    def add(self, key: str, t_ms: ArrayLike, values: ArrayLike) -> None:
+        """Add ``values`` (rows aligned with ``t_ms``) to ``key``'s buckets by time."""
+        t = np.asarray(t_ms, dtype=np.float64).reshape(-1)
+        v = np.asarray(values)
+        if len(t) != len(v):
+            raise ValueError(f"RollingWindow.add: {len(t)} times but {len(v)} values")
+        if t.size == 0:
+            return
+        if not np.isfinite(t).all():
+            raise ValueError("RollingWindow.add: times must be finite")
+        bucket = np.floor(t / self._bucket_ms).astype(np.int64)
+        self._rotate(int(bucket.max()))
+        assert self._newest is not None
+        oldest = self._newest - self._retain + 1
+        late = bucket < oldest
+        self._dropped += int(np.count_nonzero(late))
+        if late.all():
+            return
+        self._merged.clear()
+        ring = self._data.setdefault(key, {})
+        keep = np.flatnonzero(~late)
+        keep = keep[np.argsort(bucket[keep], kind="stable")]
+        ids, starts = np.unique(bucket[keep], return_index=True)
+        for b, rows in zip(ids.tolist(), np.split(keep, starts[1:]), strict=True):
+            item = ring.get(b)
+            if item is None:
+                item = ring[b] = self._factory()
+            item.add(v[rows])
+
+    def keys(self) -> list[str]:
+        """Keys with at least one kept bucket, sorted."""
+        return sorted(self._data)
+
+    def items(self, key: str, end_ms: float) -> list[tuple[int, T]]:
+        """(bucket index, summary) of the window ending at ``end_ms``, oldest first (not copies)."""
+        e = self._last_bucket(end_ms)
+        ring = self._data.get(key, {})
+        return sorted(((b, item) for b, item in ring.items() if e - self._buckets < b <= e), key=lambda p: p[0])
+
+    def query(self, key: str, end_ms: float, *, before_ms: float | None = None) -> T | None:
+        """The merge of ``key``'s buckets in the window ending at ``end_ms`` (None when none).
+
+        ``before_ms``, when given, keeps only the buckets that end at or before it. The result is
+        the caller's own (a copy of the merge, which is kept until the data changes).
+        """
+        memo = (key, float(end_ms), before_ms)
+        if memo in self._merged:
+            found = self._merged[memo]
+            return None if found is None else found.copy()
+        merged: T | None = None
+        for b, item in self.items(key, end_ms):
+            if before_ms is not None and (b + 1) * self._bucket_ms > before_ms:
+                continue
+            if merged is None:
+                merged = item.copy()
+            else:
+                merged.merge(item)
+        self._merged[memo] = merged
+        return None if merged is None else merged.copy()
+
+    def to_state(self) -> State:
+        keys: list[str] = []
+        bucket_ids: list[int] = []
+        parts: dict[str, list[NDArray[Any]]] = {}
+        for key in sorted(self._data):
+            for b, item in sorted(self._data[key].items()):
+                keys.append(key)
+                bucket_ids.append(b)
+                for name, arr in item.to_state().items():
+                    parts.setdefault(name, []).append(np.asarray(arr).reshape(-1))
+        state: State = {
+            "config": np.array(
+                [
+                    self._bucket_ms,
+                    self._buckets,
+                    self._retain,
+                    -1 if self._newest is None else self._newest,
+                    self._dropped,
+                ],
+                dtype=np.int64,
+            ),
+            "has_newest": np.array([self._newest is not None]),
+            "keys": string_array(keys),
+            "bucket": np.array(bucket_ids, dtype=np.int64),
+        }
+        for name, arrays in parts.items():
+            state[f"item.{name}"] = np.concatenate(arrays)
+            state[f"len.{name}"] = np.array([len(a) for a in arrays], dtype=np.int64)
+        return state
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, NDArray[Any]], factory: Callable[[], T]) -> RollingWindow[T]:
+        bucket_ms, buckets, retain, newest, dropped = (int(v) for v in state["config"])
+        out = cls(factory, bucket_ms=bucket_ms, buckets=buckets, retain=retain)
+        out._newest = newest if bool(state["has_newest"][0]) else None
+        out._dropped = dropped
+        kind = type(factory())
+        names = [name[len("item.") :] for name in state if name.startswith("item.")]
+        offsets = {name: np.concatenate(([0], np.cumsum(state[f"len.{name}"]))) for name in names}
+        for i, (key, b) in enumerate(zip(state["keys"].tolist(), state["bucket"].tolist(), strict=True)):
+            item_state = {name: state[f"item.{name}"][offsets[name][i] : offsets[name][i + 1]] for name in names}
+            out._data.setdefault(str(key), {})[int(b)] = kind.from_state(item_state)
+        return out
+
+    def to_bytes(self) -> bytes:
+        return pack_state("RollingWindow", self.to_state())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, factory: Callable[[], T]) -> RollingWindow[T]:
+        return cls.from_state(unpack_state("RollingWindow", data), factory)

@@ -1,0 +1,97 @@
+"""Rolling windows (``routing.stats.windows.RollingWindow``): a stateful test against a list of the
+values kept (CONVENTIONS 7), and windows of sketches and sequence logs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from routing.stats.delay_sketch import DelaySketch
+from routing.stats.moments import Tally
+from routing.stats.sequence_log import SequenceLog
+from routing.stats.windows import RollingWindow
+from tests.unit.stats.summary_helpers import same_state
+
+BUCKET_MS, BUCKETS, RETAIN = 10, 3, 4
+
+
+class WindowMachine(RuleBasedStateMachine):
+    """``RollingWindow[Tally]`` against a list of (key, bucket, outcome): the buckets kept are the
+    last ``RETAIN`` up to the newest seen, and a query merges its ``BUCKETS`` buckets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = RollingWindow(Tally, bucket_ms=BUCKET_MS, buckets=BUCKETS, retain=RETAIN)
+        self.kept: list[tuple[str, int, bool]] = []
+        self.newest: int | None = None
+        self.dropped = 0
+
+    def _rotate(self, newest: int) -> None:
+        self.newest = newest if self.newest is None else max(self.newest, newest)
+        self.kept = [v for v in self.kept if v[1] > self.newest - RETAIN]
+
+    @rule(key=st.sampled_from(["a", "b"]), times=st.lists(st.integers(0, 300), min_size=1, max_size=6))
+    def add(self, key: str, times: list[int]) -> None:
+        outcomes = [t % 3 == 0 for t in times]
+        self.window.add(key, np.array(times, dtype=np.float64), np.array(outcomes))
+        buckets = [t // BUCKET_MS for t in times]
+        self._rotate(max(buckets))
+        assert self.newest is not None
+        for b, ok in zip(buckets, outcomes, strict=True):
+            if b > self.newest - RETAIN:
+                self.kept.append((key, b, ok))
+            else:
+                self.dropped += 1
+
+    @rule(now=st.integers(0, 320))
+    def advance(self, now: int) -> None:
+        self.window.advance(float(now))
+        self._rotate(math.ceil(now / BUCKET_MS) - 1)
+
+    @rule(key=st.sampled_from(["a", "b"]), end=st.integers(0, 330))
+    def query(self, key: str, end: int) -> None:
+        e = math.ceil(end / BUCKET_MS) - 1
+        inside = [ok for k, b, ok in self.kept if k == key and e - BUCKETS < b <= e]
+        got = self.window.query(key, float(end))
+        if not inside:
+            assert got is None
+        else:
+            assert got is not None and (got.successes, got.trials) == (sum(inside), len(inside))
+            got.merge(got)  # the caller's own: the window's next answer is unchanged
+            again = self.window.query(key, float(end))
+            assert again is not None and (again.successes, again.trials) == (sum(inside), len(inside))
+        start, stop = self.window.span(float(end))
+        assert (start, stop) == ((e - BUCKETS + 1) * BUCKET_MS, (e + 1) * BUCKET_MS)
+
+    @invariant()
+    def same_keys_and_round_trip(self) -> None:
+        assert self.window.keys() == sorted({k for k, _, _ in self.kept})
+        assert self.window.late_dropped == self.dropped
+        copy = RollingWindow.from_bytes(self.window.to_bytes(), Tally)
+        assert copy.to_state().keys() == self.window.to_state().keys()
+        assert same_state(copy.to_state(), self.window.to_state())
+
+
+TestRollingWindow = WindowMachine.TestCase
+TestRollingWindow.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+
+
+def test_rolling_window_holds_sketches_and_sequence_logs() -> None:
+    w = RollingWindow(lambda: DelaySketch(0.01), bucket_ms=1000, buckets=2)
+    w.add("l", [0.0, 1500.0, 1600.0], np.array([1.0, 2.0, 3.0]))
+    merged = w.query("l", 2000.0)
+    assert merged is not None and merged.count == 3 and merged.relative_accuracy == 0.01
+    copy = RollingWindow.from_bytes(w.to_bytes(), lambda: DelaySketch(0.01))
+    assert same_state(copy.to_state(), w.to_state())
+    logs = RollingWindow(SequenceLog, bucket_ms=1000, buckets=2)
+    logs.add("l", [0.0, 10.0, 1500.0], np.array([0, 1, 3]))
+    log = logs.query("l", 2000.0)
+    assert log is not None and (log.received, log.expected) == (3, 4)
+    with pytest.raises(ValueError, match="2 times but 3 values"):
+        w.add("l", [0.0, 1.0], np.array([1.0, 2.0, 3.0]))
