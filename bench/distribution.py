@@ -112,8 +112,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from routing.planning.check import check_plan
-from routing.planning.distribution import Instance, Plan, chen_instance, plan_enhanced, plan_greedy
 from routing.planning.exact import plan_exact
+from routing.planning.heuristics import plan_enhanced, plan_greedy
+from routing.planning.model import Instance, Plan, chen_instance
 from routing.planning.topology import (
     DEFAULT_TS_COSTS,
     Topology,

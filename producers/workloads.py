@@ -21,7 +21,7 @@ import numpy as np
 
 from producers.columns import Attr, EventColumns, Text, Vocab
 from producers.events import EventGenerator
-from routing.planning.distribution import chen_events
+from routing.planning.model import chen_events
 
 Record = dict[str, Any]
 
@@ -295,7 +295,7 @@ class ReliabilityWorkload(_Columnar):
 
 class CompositeWorkload(_Columnar):
     """Composite events of Chen et al. §4.2: one primitive event type per publisher, composite
-    types in levels 2 and 3 with 1-3 components from lower levels (:func:`routing.planning.distribution.chen_events`,
+    types in levels 2 and 3 with 1-3 components from lower levels (:func:`routing.planning.model.chen_events`,
     the same graph as the MICPICE instances), each type popular with probability ``alpha``; a
     subscriber wants a popular type with probability ``p_pop``, an unpopular one with ``p_unp``.
     Primitive rates are uniform in (0, 1) events/s; a composite's rate is uniform in

@@ -243,52 +243,70 @@ def cmd_qos(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    """Plan how events travel (``distribution``, SPEC.md section 5), where a composite is detected
-    (``placement``, docs/placement.md), make a random distribution instance, check a plan."""
-    from routing.planning import distribution as micpice
-
-    if args.action == "instance":
-        from routing.planning.topology import generate
-
-        topo = generate(args.topology, seed=args.seed) if args.topology else None
-        inst = micpice.chen_instance(
-            topo,
-            composites=args.composites,
-            alpha=args.alpha,
-            p_pop=args.p_pop,
-            p_unp=args.p_unp,
-            p_c=args.p_c,
-            seed=args.seed,
-        )
-        print(json.dumps(inst.to_json(), indent=2))
-        return 0
+def _plan_instance_doc(args: argparse.Namespace, command: str) -> Any:
+    """The JSON document named by ``--instance`` of ``plan COMMAND``."""
     if not args.instance:
-        raise ValueError(f"plan {args.action} needs --instance FILE (SPEC.md section 5, or 6 for placement)")
-    doc = json.loads(Path(args.instance).read_text())
-    if args.action == "placement":
-        from routing.composite.placement import METHODS as PLACEMENT_METHODS
-        from routing.composite.placement import plan_placement
+        raise ValueError(f"plan {command} needs --instance FILE (SPEC.md section 5, or 6 for placement)")
+    return json.loads(Path(args.instance).read_text())
 
-        method = args.method or "optimal"
-        if method not in PLACEMENT_METHODS:
-            raise ValueError(f"plan placement: --method must be one of {', '.join(PLACEMENT_METHODS)} (got {method})")
-        print(json.dumps(plan_placement(doc, method), indent=2))
-        return 0
-    method = args.method or "enhanced"
-    if method not in micpice.METHODS:
-        raise ValueError(f"plan distribution: --method must be one of {', '.join(micpice.METHODS)} (got {method})")
-    inst = micpice.Instance.from_json(doc)
-    if args.action == "check":
-        from routing.planning.check import check_plan
 
-        if not args.plan:
-            raise ValueError("plan check needs --plan FILE (a SPEC.md section 5 plan)")
-        verdict = check_plan(inst, micpice.Plan.from_json(json.loads(Path(args.plan).read_text())))
-        print(json.dumps({"ok": verdict.ok, "cost": verdict.cost, "problems": list(verdict.problems)}, indent=2))
-        return 0 if verdict.ok else 1
-    print(json.dumps(micpice.plan(inst, method, order=args.order, seed=args.seed).to_json(), indent=2))
+def _plan_method(args: argparse.Namespace, command: str, methods: Sequence[str], default: str) -> str:
+    """``--method`` of ``plan COMMAND``, checked here so that a bad one is reported like any other bad input."""
+    method: str = args.method or default
+    if method not in methods:
+        raise ValueError(f"plan {command}: --method must be one of {', '.join(methods)} (got {method})")
+    return method
+
+
+def cmd_plan_distribution(args: argparse.Namespace) -> int:
+    """Min-cost routes for a SPEC.md section 5 instance (docs/reference/distribution.md)."""
+    from routing.planning import DISTRIBUTION_METHODS, Instance, plan_distribution
+
+    doc = _plan_instance_doc(args, "distribution")
+    method = _plan_method(args, "distribution", DISTRIBUTION_METHODS, "enhanced")
+    planned = plan_distribution(Instance.from_json(doc), method, order=args.order, seed=args.seed)
+    print(json.dumps(planned.to_json(), indent=2))
     return 0
+
+
+def cmd_plan_placement(args: argparse.Namespace) -> int:
+    """Where to detect a composite subscription's operators (docs/reference/placement.md)."""
+    from routing.composite import PLACEMENT_METHODS, plan_placement
+
+    doc = _plan_instance_doc(args, "placement")
+    method = _plan_method(args, "placement", PLACEMENT_METHODS, "optimal")
+    print(json.dumps(plan_placement(doc, method), indent=2))
+    return 0
+
+
+def cmd_plan_instance(args: argparse.Namespace) -> int:
+    """A random distribution instance as in Chen et al. 4.2 (docs/reference/distribution.md)."""
+    from routing.planning import chen_instance, generate_topology
+
+    topo = generate_topology(args.topology, seed=args.seed) if args.topology else None
+    inst = chen_instance(
+        topo,
+        composites=args.composites,
+        alpha=args.alpha,
+        p_pop=args.p_pop,
+        p_unp=args.p_unp,
+        p_c=args.p_c,
+        seed=args.seed,
+    )
+    print(json.dumps(inst.to_json(), indent=2))
+    return 0
+
+
+def cmd_plan_check(args: argparse.Namespace) -> int:
+    """Verify a distribution plan against its instance; exit 1 when it is invalid (docs/reference/distribution.md)."""
+    from routing.planning import Instance, Plan, check_plan
+
+    inst = Instance.from_json(_plan_instance_doc(args, "check"))
+    if not args.plan:
+        raise ValueError("plan check needs --plan FILE (a SPEC.md section 5 plan)")
+    verdict = check_plan(inst, Plan.from_json(json.loads(Path(args.plan).read_text())))
+    print(json.dumps({"ok": verdict.ok, "cost": verdict.cost, "problems": list(verdict.problems)}, indent=2))
+    return 0 if verdict.ok else 1
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -606,6 +624,91 @@ def _job_opts(p: argparse.ArgumentParser, job: str) -> None:
     p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
 
 
+def _plan_parsers(sub: Any) -> None:
+    """``siftstream plan``: one subcommand per offline planner, each with its own options and docs page."""
+    from routing.composite import PLACEMENT_METHODS
+    from routing.planning import DISTRIBUTION_METHODS, DISTRIBUTION_ORDERS
+
+    p = sub.add_parser(
+        "plan",
+        help="offline planning: distribution routes, composite placement, random instances, plan checks",
+        description="Offline planning on one JSON document. distribution: min-cost routes under policy "
+        "constraints (SPEC.md section 5, docs/reference/distribution.md); placement: where to detect a composite "
+        "subscription (SPEC.md section 6, docs/reference/placement.md); instance: a random distribution "
+        "instance; check: verify a distribution plan.",
+    )
+    plan = p.add_subparsers(dest="action", required=True)
+
+    q = plan.add_parser(
+        "distribution",
+        help="min-cost routes under policy constraints (SPEC.md section 5)",
+        description="Which events cross which links, and where composite events are generated, so that every "
+        "subscriber gets its events, no link carries a forbidden event, and the cost is least (Chen et al. 2004). "
+        "Prints the SPEC.md section 5 plan. Reference: docs/reference/distribution.md",
+    )
+    q.add_argument("--instance", metavar="FILE", help="the SPEC.md section 5 instance (JSON); required")
+    q.add_argument(
+        "--method",
+        metavar="{" + ",".join(DISTRIBUTION_METHODS) + "}",
+        help="greedy or enhanced: the heuristics of Chen et al. 3.3; exact: a proven optimum, for small "
+        "instances (default: enhanced)",
+    )
+    q.add_argument(
+        "--order",
+        choices=DISTRIBUTION_ORDERS,
+        default="min-cost",
+        help="enhanced: the order subscribers are served in (default: %(default)s)",
+    )
+    q.add_argument("--seed", type=int, default=0, help="enhanced, --order random: the seed (default: %(default)s)")
+    q.set_defaults(func=cmd_plan_distribution)
+
+    q = plan.add_parser(
+        "placement",
+        help="where to detect a composite subscription (SPEC.md section 6)",
+        description="The broker at which each operator of one composite subscription is detected, given where "
+        "its leaves' publications enter the overlay and at what rates (Li & Jacobsen 4). Prints the placement, "
+        "its traffic cost, the joint-point baseline and one reason per operator. "
+        "Reference: docs/reference/placement.md",
+    )
+    q.add_argument("--instance", metavar="FILE", help="the SPEC.md section 6 instance (JSON); required")
+    q.add_argument(
+        "--method",
+        metavar="{" + ",".join(PLACEMENT_METHODS) + "}",
+        help="optimal: least traffic cost; adaptive: Li & Jacobsen Algorithm 2; joint-point: the topology-only "
+        "baseline (default: optimal)",
+    )
+    q.set_defaults(func=cmd_plan_placement)
+
+    q = plan.add_parser(
+        "instance",
+        help="a random distribution instance as in Chen et al. 4.2",
+        description="Prints a random SPEC.md section 5 instance drawn as in Chen et al. 4.2: one primitive event "
+        "per publisher, composite events in three levels, popular and unpopular events, policy constraints. "
+        "Reference: docs/reference/distribution.md",
+    )
+    q.add_argument("--topology", help="a named topology or generator (default: chen-flat-12 drawn from --seed)")
+    q.add_argument("--composites", type=int, default=2, help="number of composite events (default: %(default)s)")
+    q.add_argument("--alpha", type=float, default=0.2, help="probability an event is popular (default: %(default)s)")
+    q.add_argument("--p-pop", type=float, default=0.6, help="interest in a popular event (default: %(default)s)")
+    q.add_argument("--p-unp", type=float, default=0.1, help="interest in an unpopular event (default: %(default)s)")
+    q.add_argument(
+        "--p-c", type=float, default=0.0, help="probability a (link, event) is forbidden (default: %(default)s)"
+    )
+    q.add_argument("--seed", type=int, default=0, help="the random draw (default: %(default)s)")
+    q.set_defaults(func=cmd_plan_instance)
+
+    q = plan.add_parser(
+        "check",
+        help="verify a distribution plan (exit 1 if invalid)",
+        description="Checks a SPEC.md section 5 plan against its instance with code that shares nothing with the "
+        "planners; prints the verdict, the recomputed cost and the problems, and exits 1 when the plan is "
+        "invalid. Reference: docs/reference/distribution.md",
+    )
+    q.add_argument("--instance", metavar="FILE", help="the SPEC.md section 5 instance (JSON); required")
+    q.add_argument("--plan", metavar="FILE", help="the plan to verify (JSON, SPEC.md section 5 output); required")
+    q.set_defaults(func=cmd_plan_check)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="siftstream", description="Content-based publish/subscribe on Kafka and Spark."
@@ -691,54 +794,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_qos)
 
-    p = sub.add_parser(
-        "plan", help="distribution planning (SPEC.md section 5): min-cost routes under policy constraints"
-    )
-    p.add_argument(
-        "action",
-        choices=["distribution", "placement", "instance", "check"],
-        help="distribution: min-cost routes (SPEC.md section 5); placement: where to detect a composite "
-        "subscription (docs/placement.md); instance: a random distribution instance as in Chen et al. 4.2; "
-        "check: verify a distribution plan",
-    )
-    p.add_argument("--instance", help="distribution, check: the SPEC.md section 5 instance (JSON)")
-    p.add_argument("--plan", help="check: the plan to verify (JSON, SPEC.md section 5 output)")
-    p.add_argument(
-        "--method",
-        choices=["greedy", "enhanced", "exact", "optimal", "adaptive", "joint-point"],
-        help="distribution: greedy or enhanced heuristic (Chen et al. 3.3), or exact (a proven optimum, small "
-        "instances), default enhanced; placement: optimal (default), adaptive (Li & Jacobsen Algorithm 2) or "
-        "joint-point (the baseline)",
-    )
-    p.add_argument(
-        "--order",
-        choices=["min-cost", "longest", "random"],
-        default="min-cost",
-        help="enhanced: the order subscribers are served in (default: %(default)s)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="random order; instance: the random draw (default: %(default)s)")
-    p.add_argument(
-        "--topology", help="instance: a named topology or generator (default: chen-flat-12 drawn from --seed)"
-    )
-    p.add_argument(
-        "--composites", type=int, default=2, help="instance: number of composite events (default: %(default)s)"
-    )
-    p.add_argument(
-        "--alpha", type=float, default=0.2, help="instance: probability an event is popular (default: %(default)s)"
-    )
-    p.add_argument(
-        "--p-pop", type=float, default=0.6, help="instance: interest in a popular event (default: %(default)s)"
-    )
-    p.add_argument(
-        "--p-unp", type=float, default=0.1, help="instance: interest in an unpopular event (default: %(default)s)"
-    )
-    p.add_argument(
-        "--p-c",
-        type=float,
-        default=0.0,
-        help="instance: probability a (link, event) is forbidden (default: %(default)s)",
-    )
-    p.set_defaults(func=cmd_plan)
+    _plan_parsers(sub)
 
     p = sub.add_parser("simulate", help="play a broker overlay: events, link/broker telemetry, receipts")
     _common(p)

@@ -642,7 +642,7 @@ def tid_scenarios(
 # and interests. At most ``max_pairs`` (link, event) pairs are policy-allowed, so an oracle that
 # enumerates every subset of them stays under 2**max_pairs subsets.
 
-from routing.planning.distribution import Instance as _MicpiceInstance  # noqa: E402
+from routing.planning.model import Instance as _MicpiceInstance  # noqa: E402
 
 MICPICE_COSTS = (0.0, 0.5, 1.0, 2.0, 3.0)
 MICPICE_RATES = (0.25, 0.5, 1.0, 2.0)

@@ -1,6 +1,6 @@
 """Reading the offline commands' JSON documents with errors that name the item.
 
-SPEC §5 (``routing.planning.distribution``) and SPEC §6 (``routing.composite.placement``) instances are checked the same
+SPEC §5 (``routing.planning.model``) and SPEC §6 (``routing.composite.placement``) instances are checked the same
 way: lists of objects, non-empty strings, finite numbers with a lower bound. Each function takes
 the module's own error class, so a user sees ``InstanceError`` or ``PlacementError`` with a
 message that says where, what was wrong and what would be valid.
@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
+
+__all__ = ["items", "kind", "number", "text"]
 
 
 def kind(value: object) -> str:

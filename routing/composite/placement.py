@@ -77,6 +77,27 @@ from scipy.sparse.csgraph import dijkstra
 
 from routing.common import json_fields as jsondoc
 
+__all__ = [
+    "METHODS",
+    "OPS",
+    "Decision",
+    "FloatVector",
+    "Leaf",
+    "Link",
+    "Node",
+    "Operator",
+    "PlacementError",
+    "PlacementInstance",
+    "PlacementResult",
+    "delay_cost",
+    "place",
+    "place_adaptive",
+    "place_joint_point",
+    "place_optimal",
+    "plan_placement",
+    "traffic_cost",
+]
+
 METHODS = ("optimal", "adaptive", "joint-point")
 OPS = ("and", "or", "seq")
 

@@ -1,4 +1,4 @@
-"""Trace-driven replay of composite detection on a broker overlay (Li & Jacobsen §4, issue 7).
+"""Trace-driven replay of composite detection on a broker overlay (Li & Jacobsen §4).
 
 ``routing.composite.placement`` decides where each operator of a composite subscription is detected from
 a *model* (SPEC §6's traffic cost over estimated rates). This module measures a placement

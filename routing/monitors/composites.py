@@ -69,7 +69,8 @@ from routing.composite.trees import CompositeTable, leaf_filter_changes, plan_co
 from routing.composite.trees import to_placement_tree as _placement_tree
 from routing.matching.index import EventBatch, MatchIndex
 from routing.matching.table import SubscriptionRecord
-from routing.planning.distribution import Instance, Plan, plan_enhanced
+from routing.planning.heuristics import plan_enhanced
+from routing.planning.model import Instance, Plan
 from routing.reliability.estimation import add_link_delays
 from routing.stats.moments import Moments
 from routing.stats.state import pack_documents, unpack_documents

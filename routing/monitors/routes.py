@@ -54,7 +54,9 @@ import numpy as np
 
 from routing.matching.language import FilterError, parse_filter
 from routing.planning.check import check_plan
-from routing.planning.distribution import METHODS, ORDERS, Instance, InstanceError, Plan, plan
+from routing.planning.distribution import METHODS, plan
+from routing.planning.heuristics import ORDERS
+from routing.planning.model import Instance, InstanceError, Plan
 from routing.reliability.estimation import add_link_delays
 from routing.stats.moments import Moments
 from routing.stats.state import pack_documents, unpack_documents

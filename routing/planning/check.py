@@ -1,8 +1,8 @@
 """An independent checker of MICPICE plans (Chen et al. 2004, Definition 2.1 and Proposition 2.3).
 
-:func:`check_plan` re-derives, from an :class:`~routing.planning.distribution.Instance`'s data fields alone,
-whether a :class:`~routing.planning.distribution.Plan` is valid and what it costs. It shares no code with the
-planners (:func:`~routing.planning.distribution.plan_greedy`, :func:`~routing.planning.distribution.plan_enhanced`,
+:func:`check_plan` re-derives, from an :class:`~routing.planning.model.Instance`'s data fields alone,
+whether a :class:`~routing.planning.model.Plan` is valid and what it costs. It shares no code with the
+planners (:func:`~routing.planning.heuristics.plan_greedy`, :func:`~routing.planning.heuristics.plan_enhanced`,
 :func:`~routing.planning.exact.plan_exact`), so it can judge them: availability comes from its own
 fixpoint started at the publishers only, feasibility from its own path search.
 """
@@ -13,7 +13,9 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from routing.planning.distribution import Instance, Plan
+from routing.planning.model import Instance, Plan
+
+__all__ = ["PlanCheck", "check_plan"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def check_plan(instance: Instance, plan: Plan, tol: float = 1e-9) -> PlanCheck:
 
     Examples
     --------
-    >>> from routing.planning.distribution import Instance, Plan
+    >>> from routing.planning.model import Instance, Plan
     >>> doc = {"nodes": [{"id": "p1", "role": "publisher"}, {"id": "b1", "role": "broker"},
     ...                  {"id": "s1", "role": "subscriber"}],
     ...        "links": [{"from": "p1", "to": "b1", "cost": 1.0}, {"from": "b1", "to": "s1", "cost": 2.0},

@@ -4,10 +4,11 @@ Chen, Ge, Kurose and Towsley 2004, §2 (Definition 2.1, Eq. 4-8) state MICPICE a
 program with big-N availability levels X(u, e). :func:`plan_exact` solves a tighter program of
 the same problem with :func:`scipy.optimize.milp` (HiGHS) and returns a *proven* optimum, or
 refuses (:class:`ExactTooLarge`) or fails loudly (:class:`ExactNotProven`); it never returns an
-unproven plan. The heuristics it is compared with live in :mod:`routing.planning.distribution`; every plan it
-returns passes :func:`routing.planning.check.check_plan`.
+unproven plan. The heuristics it is compared with live in :mod:`routing.planning.heuristics`; every plan
+it returns passes :func:`routing.planning.check.check_plan`.
 
->>> from routing.planning.distribution import chen_instance, plan_enhanced
+>>> from routing.planning.heuristics import plan_enhanced
+>>> from routing.planning.model import chen_instance
 >>> inst = chen_instance(seed=4)
 >>> best = plan_exact(inst)
 >>> best.method, best.cost is not None and best.cost <= plan_enhanced(inst).cost + 1e-9
@@ -20,22 +21,16 @@ from collections import deque
 from collections.abc import Iterable
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_array
 
-from routing.planning.distribution import Generation, Instance, Plan, Transmission, infeasible_plan
+from routing.planning.model import Generation, Instance, Plan, Transmission, infeasible_plan
+
+__all__ = ["MAX_FLOW_SIZE", "MIP_REL_GAP", "ExactNotProven", "ExactTooLarge", "commodity_count", "plan_exact"]
 
 MAX_FLOW_SIZE = 50_000
 """Largest |L| x K that :func:`plan_exact` accepts: directed links times flow commodities
-(:func:`commodity_count`), an upper bound on the program's flow variables.
-
-Measured with the HiGHS bundled with SciPy 1.17, on a 2-core x86 machine: Chen's 12-node
-instances (|L| x K up to about 1,000) solve in at most about 65 ms, 150 ms with six composites
-and every subscriber interested in every event; 40-node overlays of the 100-node transit-stub
-network (|L| x K from 3,000 to 13,000) in 0.1-0.7 s; 40-node overlays of the dense 100-node
-flat network (about 1,550 links) with |L| x K from 43,000 to 53,000 in 2-4 s, and from 62,000
-to 150,000 in 12-55 s. Beyond the bound, solve times grow quickly and unpredictably (MICPICE is
-NP-hard, Theorem 3.1)."""
+(:func:`commodity_count`), an upper bound on the program's flow variables. Beyond it solve times
+grow quickly and unpredictably (MICPICE is NP-hard, Theorem 3.1); the solve times that chose the
+bound are in docs/decisions/exact-solver-size-limit.md."""
 
 MIP_REL_GAP = 1e-9
 """HiGHS's relative optimality gap: the returned cost is within this factor (and HiGHS's absolute
@@ -60,7 +55,7 @@ def plan_exact(instance: Instance, time_limit_s: float = 60.0) -> Plan:
     the transmissions made). Proposition 2.3's condition 2, a policy-allowed path for each
     original event e' of e from its publisher to s *under e''s policy*, is sufficient but not
     necessary: a composite can be generated upstream and cross links that forbid its components.
-    So an instance that :meth:`~routing.planning.distribution.Instance.infeasibility` calls infeasible can have a
+    So an instance that :meth:`~routing.planning.model.Instance.infeasibility` calls infeasible can have a
     plan, and then this function returns its optimum. Otherwise the mixed-integer program below is
     solved by HiGHS (``scipy.optimize.milp``) and the plan is read from it.
 
@@ -140,7 +135,8 @@ def plan_exact(instance: Instance, time_limit_s: float = 60.0) -> Plan:
     Chen et al.'s Figure 3 situation: the composite e3 = e1 + e2 is cheapest made at s1 from the
     e1 that s1 receives anyway, which costing e3 on its own (the greedy heuristic) misses.
 
-    >>> from routing.planning.distribution import plan_greedy
+    >>> from routing.planning.heuristics import plan_greedy
+    >>> from routing.planning.model import Instance
     >>> doc = {"nodes": [{"id": "p1", "role": "publisher"}, {"id": "p2", "role": "publisher"},
     ...                  {"id": "b1", "role": "broker"}, {"id": "s1", "role": "subscriber"}],
     ...        "links": [{"from": "p1", "to": "s1", "cost": 3}, {"from": "p1", "to": "b1", "cost": 2},
@@ -319,6 +315,10 @@ class _Model:
 
     def solve(self, time_limit_s: float) -> set[Transmission]:
         """Solve with HiGHS; the transmissions of the optimum (η rounded)."""
+        # loaded on the first solve, not on import: scipy.optimize is slow to import and only this needs it
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_array
+
         n = len(self.cost)
         if n == 0:
             return set()

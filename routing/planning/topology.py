@@ -53,6 +53,36 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "CLIENT_ROLES",
+    "DEFAULT_TS_COSTS",
+    "DIST_KINDS",
+    "GENERATORS",
+    "NAMED",
+    "OPYRCHAL_BANDWIDTH_MBPS",
+    "ROLES",
+    "Link",
+    "Node",
+    "Topology",
+    "application_overlay",
+    "attach_clients",
+    "chen_flat_12",
+    "chen_flat_100",
+    "chen_transit_stub_100",
+    "element_record",
+    "flat_random",
+    "generate",
+    "opyrchal_fig5",
+    "pure_random",
+    "random_tree",
+    "reliability_tree",
+    "to_micpice_nodes_links",
+    "to_qos_links",
+    "transit_stub",
+    "tree",
+    "waxman",
+]
+
 ROLES = ("broker", "router", "publisher", "subscriber", "transit", "stub")
 """Node roles: overlay brokers, physical routers (``transit`` and ``stub`` are routers of a
 GT-ITM transit-stub graph), and the clients ``publisher`` and ``subscriber``."""

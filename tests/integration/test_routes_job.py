@@ -19,7 +19,7 @@ from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
 from routing.monitors.routes import PlannerConfig
 from routing.planning.check import check_plan
-from routing.planning.distribution import Instance, Plan
+from routing.planning.model import Instance, Plan
 from routing.planning.topology import attach_clients, flat_random
 from schemas.codec import codec_for
 from streaming.readers import read_topic

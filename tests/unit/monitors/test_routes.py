@@ -8,7 +8,7 @@ import pytest
 
 from routing.monitors.routes import PlannerConfig, RoutePlanner
 from routing.planning.check import check_plan
-from routing.planning.distribution import Plan
+from routing.planning.model import Plan
 
 PERIOD = 1_000
 

@@ -7,16 +7,9 @@ from typing import Any
 import pytest
 
 from routing.planning.check import PlanCheck, check_plan
-from routing.planning.distribution import (
-    ORDERS,
-    Instance,
-    Plan,
-    chen_instance,
-    infeasible_plan,
-    plan_enhanced,
-    plan_greedy,
-)
 from routing.planning.exact import plan_exact
+from routing.planning.heuristics import ORDERS, plan_enhanced, plan_greedy
+from routing.planning.model import Instance, Plan, chen_instance, infeasible_plan
 
 
 def _doc() -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""MICPICE (Chen et al. 2004): parsing, Proposition 2.3, the greedy and enhanced heuristics."""
+"""MICPICE (Chen et al. 2004): the model (parsing, Proposition 2.3, random instances), the greedy and
+enhanced heuristics, and the dispatcher that picks a planner by name."""
 
 from __future__ import annotations
 
@@ -9,18 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from routing.planning.distribution import (
-    Instance,
-    InstanceError,
-    Plan,
-    _Enhanced,
-    _Graph,
-    chen_events,
-    chen_instance,
-    plan,
-    plan_enhanced,
-    plan_greedy,
-)
+from routing.planning.distribution import plan
+from routing.planning.heuristics import _Enhanced, _Graph, plan_enhanced, plan_greedy
+from routing.planning.model import Instance, InstanceError, Plan, chen_events, chen_instance
 from routing.planning.topology import chen_transit_stub_100
 
 

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routing.planning.check import check_plan
-from routing.planning.distribution import Instance, InstanceError, Plan, chen_instance, plan_enhanced, plan_greedy
 from routing.planning.exact import plan_exact
+from routing.planning.heuristics import plan_enhanced, plan_greedy
+from routing.planning.model import Instance, InstanceError, Plan, chen_instance
 from tests.strategies import micpice_tiny_instances
 from tests.unit.planning.test_exact import TOL, brute_force_cost, figure3_instance
 

@@ -9,16 +9,9 @@ import pytest
 from hypothesis import given, settings
 
 from routing.planning.check import check_plan
-from routing.planning.distribution import (
-    ORDERS,
-    Instance,
-    Plan,
-    chen_instance,
-    infeasible_plan,
-    plan_enhanced,
-    plan_greedy,
-)
 from routing.planning.exact import MAX_FLOW_SIZE, ExactNotProven, ExactTooLarge, commodity_count, plan_exact
+from routing.planning.heuristics import ORDERS, plan_enhanced, plan_greedy
+from routing.planning.model import Instance, Plan, chen_instance, infeasible_plan
 from tests.strategies import micpice_tiny_instances
 
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True)
@@ -139,7 +132,7 @@ def test_exact_is_no_worse_than_the_heuristics(p_c: float) -> None:
         assert check_plan(instance, plan).ok
         greedy = plan_greedy(instance)
         assert plan.feasible or not greedy.feasible
-        if not greedy.feasible:  # also where routing.planning.distribution misjudges feasibility (test_micpice_check)
+        if not greedy.feasible:  # also where routing.planning.model misjudges feasibility (test_micpice_check)
             continue
         assert plan.cost is not None and greedy.cost is not None
         assert plan.cost <= greedy.cost + TOL

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from routing.composite import PLACEMENT_METHODS
+from routing.planning import DISTRIBUTION_METHODS
 from streaming.cli import main
 
 
@@ -154,3 +156,72 @@ def test_plan_placement_prints_the_spec_6_document(tmp_path: Path, capsys: pytes
     assert out["optimal"]["cost"] < out["optimal"]["baseline"]["cost"]
     assert main(["plan", "placement", "--instance", str(instance), "--method", "greedy"]) == 2
     assert "--method must be one of optimal, adaptive, joint-point" in capsys.readouterr().err
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``siftstream ARGV --help`` prints, with argparse's line wrapping undone."""
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--help"])
+    assert stopped.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("command", "methods", "others", "page"),
+    [
+        ("distribution", DISTRIBUTION_METHODS, PLACEMENT_METHODS, "docs/reference/distribution.md"),
+        ("placement", PLACEMENT_METHODS, DISTRIBUTION_METHODS, "docs/reference/placement.md"),
+        ("instance", (), (*DISTRIBUTION_METHODS, *PLACEMENT_METHODS), "docs/reference/distribution.md"),
+        ("check", (), (*DISTRIBUTION_METHODS, *PLACEMENT_METHODS), "docs/reference/distribution.md"),
+    ],
+)
+def test_each_plan_command_has_its_own_help_methods_and_docs_page(
+    command: str, methods: tuple[str, ...], others: tuple[str, ...], page: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = _help(["plan", command], capsys)
+    assert page in text
+    if methods:
+        assert "--method {" + ",".join(methods) + "}" in text
+    else:
+        assert "--method" not in text
+    for method in others:
+        assert method not in text
+    listing = _help(["plan"], capsys)
+    assert "{distribution,placement,instance,check}" in listing
+    assert "docs/reference/distribution.md" in listing and "docs/reference/placement.md" in listing
+
+
+def test_a_plan_command_refuses_the_other_commands_methods(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "instance", "--seed", "1"]) == 0
+    distribution = tmp_path / "distribution.json"
+    distribution.write_text(capsys.readouterr().out)
+    for method in PLACEMENT_METHODS:
+        assert main(["plan", "distribution", "--instance", str(distribution), "--method", method]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err == (
+            f"siftstream: error: plan distribution: --method must be one of greedy, enhanced, exact (got {method})\n"
+        )
+    placement = tmp_path / "placement.json"
+    placement.write_text(
+        json.dumps(
+            {
+                "brokers": ["b1", "b2"],
+                "links": [{"from": "b1", "to": "b2", "cost": 1.0}, {"from": "b2", "to": "b1", "cost": 1.0}],
+                "sources": [{"leaf": "L1", "broker": "b2", "rate": 2.0}, {"leaf": "L2", "broker": "b1", "rate": 1.0}],
+                "subscription": {
+                    "id": "cs1",
+                    "broker": "b1",
+                    "tree": {"id": "n1", "op": "and", "children": [{"leaf": "L1"}, {"leaf": "L2"}]},
+                },
+            }
+        )
+    )
+    for method in DISTRIBUTION_METHODS:
+        assert main(["plan", "placement", "--instance", str(placement), "--method", method]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err == (
+            "siftstream: error: plan placement: --method must be one of optimal, adaptive, joint-point "
+            f"(got {method})\n"
+        )
