@@ -230,10 +230,14 @@ def _system(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_qos(args: argparse.Namespace) -> int:
     if args.action == "predict":
-        from routing.reliability import qos
+        from routing.reliability.allocation import bulk_allocation
+        from routing.reliability.prediction import predict
+        from routing.reliability.prediction import to_spec_output as prediction_output
 
-        prediction = qos.predict(_system(args), model=args.model, superposition=args.superposition)
-        print(json.dumps(qos.to_spec_output(prediction), indent=2))
+        system = _system(args)
+        with bulk_allocation():  # a one-shot process: pausing the collector is ours to do
+            prediction = predict(system, model=args.model, superposition=args.superposition)
+        print(json.dumps(prediction_output(prediction), indent=2))
         return 0
     from producers.overlay import run
     from routing.reliability.simulator import to_spec_output

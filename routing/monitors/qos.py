@@ -13,7 +13,7 @@ It joins three things (issue 5, part 4):
   exponential forgetting, the ``max_content`` most frequent kept).
 
 Every update period :meth:`QosMonitor.report` writes those into a SPEC §4 system, predicts R'_s
-with :func:`routing.reliability.qos.predict`, and returns one ``QosReport`` record (``schemas/qos_report.avsc``)
+with :func:`routing.reliability.prediction.predict`, and returns one ``QosReport`` record (``schemas/qos_report.avsc``)
 per subscriber and per broker:
 
 - subscriber: predicted R'_s with its interval, measured R_s, predicted mean and p95 delay,
@@ -49,8 +49,17 @@ from numpy.typing import ArrayLike
 
 from routing.matching.index import MatchIndex
 from routing.matching.table import SubscriptionRecord, plan_change
-from routing.reliability import qos
 from routing.reliability.estimation import EstimationConfig, TelemetryEstimator
+from routing.reliability.prediction import (
+    MODELS,
+    CompiledSystem,
+    Prediction,
+    SubscriberPrediction,
+    compile_prediction,
+    predict,
+    predict_reliability,
+)
+from routing.reliability.queueing import RHO_WARNING
 from routing.stats.distributions import Distribution, Empirical, parse_distribution
 from routing.stats.state import pack_documents, unpack_documents
 
@@ -72,7 +81,7 @@ class MonitorConfig:
     estimation : EstimationConfig
         Windows of the telemetry estimates (default 30 buckets of 10 s).
     model : str
-        ``gg1`` or ``mm1`` (see :mod:`routing.reliability.qos`).
+        ``gg1`` or ``mm1`` (see :mod:`routing.reliability.prediction`).
     max_content : int
         Content entries kept per publisher (the most frequent).
     content_half_life_ms : float
@@ -98,8 +107,8 @@ class MonitorConfig:
     def __post_init__(self) -> None:
         if self.update_period_ms <= 0:
             raise ValueError(f"update_period_ms must be > 0 (got {self.update_period_ms})")
-        if self.model not in qos.MODELS:
-            raise ValueError(f"unknown model {self.model!r}; valid: {', '.join(qos.MODELS)}")
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; valid: {', '.join(MODELS)}")
         if self.max_content < 1 or self.min_events < 1 or self.contributors < 1 or self.bootstrap < 0:
             raise ValueError("max_content, min_events and contributors must be >= 1, bootstrap >= 0")
 
@@ -170,7 +179,7 @@ def _scaled(dist: Mapping[str, Any], factor: float) -> Distribution:
     return parse_distribution(scaled)
 
 
-def _with_cached_moments(compiled: qos.CompiledSystem) -> qos.CompiledSystem:
+def _with_cached_moments(compiled: CompiledSystem) -> CompiledSystem:
     """``compiled`` with its empirical service and delay distributions as :class:`_Empirical`
     (the same numbers, each moment and cdf table worked out once)."""
     ov = compiled.overlay
@@ -184,7 +193,7 @@ def _with_cached_moments(compiled: qos.CompiledSystem) -> qos.CompiledSystem:
     overlay = dataclasses.replace(
         ov, service=tuple(cached(d) for d in ov.service), link_delay=tuple(cached(d) for d in ov.link_delay)
     )
-    return qos.CompiledSystem(overlay, compiled.matching, compiled.routes)
+    return CompiledSystem(overlay, compiled.matching, compiled.routes)
 
 
 def _num(x: float | None) -> float | None:
@@ -416,12 +425,12 @@ class QosMonitor:
         self.estimator.advance(float(window_end_ms))
         estimated = self.estimator.to_system(self.system(), float(window_end_ms))
         system, model = self._expand(estimated.system)
-        prediction: qos.Prediction | None = None
+        prediction: Prediction | None = None
         problems: list[str] = [f"no data: {line}" for line in estimated.no_data]
         if system["publishers"] and system["subscribers"]:
             try:
-                compiled = _with_cached_moments(qos.compile_prediction(system))  # once: redraws change no route
-                prediction = qos.predict(system, model=self.config.model, compiled=compiled)
+                compiled = _with_cached_moments(compile_prediction(system))  # once: redraws change no route
+                prediction = predict(system, model=self.config.model, compiled=compiled)
                 if self.config.bootstrap and self.config.model == "gg1":
                     prediction = self._bootstrap(system, prediction, window_end_ms, compiled)
             except ValueError as exc:
@@ -433,8 +442,8 @@ class QosMonitor:
         return records, problems
 
     def _bootstrap(
-        self, system: dict[str, Any], prediction: qos.Prediction, end: int, compiled: qos.CompiledSystem | None = None
-    ) -> qos.Prediction:
+        self, system: dict[str, Any], prediction: Prediction, end: int, compiled: CompiledSystem | None = None
+    ) -> Prediction:
         """Widen each R'_s interval by the uncertainty of the estimated inputs (QUEUEING-NOTES
         §4.5, parametric bootstrap): ``bootstrap`` predictions from inputs redrawn as their
         estimation error allows, the interval then covering their 5-95% range as well.
@@ -445,7 +454,7 @@ class QosMonitor:
         Beta(k + 1/2, n - k + 1/2). The draws are seeded by the window's end, so a replayed batch
         reports the same interval.
 
-        With ``compiled`` (``system`` compiled by :func:`routing.reliability.qos.compile_prediction`), each
+        With ``compiled`` (``system`` compiled by :func:`routing.reliability.prediction.compile_prediction`), each
         redraw replaces only the redrawn distributions and reliabilities of the compiled overlay
         and reuses its matching and routes (:meth:`_redraws`); without it every redraw is a new
         document predicted from scratch (:meth:`_redraws_reference`, the oracle of the parity
@@ -501,17 +510,17 @@ class QosMonitor:
                         rng.beta(loss.received + 0.5, max(loss.expected - loss.received, 0) + 0.5)
                     )
             try:
-                redrawn = qos.predict(doc, model=self.config.model)
+                redrawn = predict(doc, model=self.config.model)
             except ValueError:
                 continue
             draws.append({k: v.reliability for k, v in redrawn.subscribers.items() if v.reliability is not None})
         return draws
 
-    def _redraws(self, system: dict[str, Any], end: int, compiled: qos.CompiledSystem) -> list[dict[str, float]]:
+    def _redraws(self, system: dict[str, Any], end: int, compiled: CompiledSystem) -> list[dict[str, float]]:
         """:meth:`_redraws_reference` on the compiled overlay: the estimates are read once, and a
         redraw swaps the redrawn distributions (scaled as :func:`_scale` scales their DIST) and
         reliabilities into a copy of the overlay (no deep copy, no validation, no matching), then
-        predicts the point R'_s alone (:func:`routing.reliability.qos.predict_reliability`). An empirical
+        predicts the point R'_s alone (:func:`routing.reliability.prediction.predict_reliability`). An empirical
         distribution's redraw keeps the moments of the one it scales, scaled (:meth:`_Empirical.scaled`),
         so the draws equal the reference's to rounding, not to the last bit."""
         rng = np.random.default_rng(end)
@@ -579,9 +588,9 @@ class QosMonitor:
                 link_delay=tuple(delay),
                 link_reliability=reliability,
             )
-            redrawn_system = qos.CompiledSystem(overlay, compiled.matching, compiled.routes)
+            redrawn_system = CompiledSystem(overlay, compiled.matching, compiled.routes)
             try:
-                draws.append(qos.predict_reliability(redrawn_system, model=self.config.model))
+                draws.append(predict_reliability(redrawn_system, model=self.config.model))
             except ValueError:
                 continue
         return draws
@@ -590,7 +599,7 @@ class QosMonitor:
         return sorted({w.subscriber_id for w in self.wishes.values()})
 
     def _subscriber_report(
-        self, subscriber: str, end: int, prediction: qos.Prediction | None, model: dict[str, SubscriptionWish]
+        self, subscriber: str, end: int, prediction: Prediction | None, model: dict[str, SubscriptionWish]
     ) -> dict[str, Any]:
         parts = [
             (prediction.subscribers[node], wish)
@@ -682,7 +691,7 @@ class QosMonitor:
             record["warnings"].append("no prediction: no observed publisher content matches, or its links are unknown")
         return record
 
-    def _contributors(self, parts: list[qos.SubscriberPrediction], weights: Any) -> list[dict[str, Any]]:
+    def _contributors(self, parts: list[SubscriberPrediction], weights: Any) -> list[dict[str, Any]]:
         shares: dict[str, list[float]] = {}
         info: dict[str, tuple[float | None, float]] = {}
         for p, w in zip(parts, weights, strict=True):
@@ -707,7 +716,7 @@ class QosMonitor:
         wish = self.wishes.get(subscription_id)
         return wish.subscriber_id if wish else subscription_id
 
-    def _broker_report(self, broker: str, end: int, prediction: qos.Prediction | None) -> dict[str, Any]:
+    def _broker_report(self, broker: str, end: int, prediction: Prediction | None) -> dict[str, Any]:
         est = self.estimator.broker(broker, float(end))
         warnings: list[str] = []
         modelled = prediction.brokers.get(broker) if prediction is not None else None
@@ -718,8 +727,8 @@ class QosMonitor:
                     f"model mean wait {modelled.mean_wait_ms:.1f} ms vs measured {est.mean_wait_ms:.1f} ms "
                     f"(rho {modelled.rho:.2f}, arrival scv {modelled.ca2:.2f}, service scv {modelled.cs2:.2f})"
                 )
-        if modelled is not None and modelled.rho >= qos.RHO_WARNING:
-            warnings.append(f"rho {modelled.rho:.2f} >= {qos.RHO_WARNING}: saturated, predictions behind it unreliable")
+        if modelled is not None and modelled.rho >= RHO_WARNING:
+            warnings.append(f"rho {modelled.rho:.2f} >= {RHO_WARNING}: saturated, predictions behind it unreliable")
         return {
             "kind": "broker",
             "id": broker,

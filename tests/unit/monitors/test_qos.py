@@ -10,9 +10,9 @@ import pytest
 from producers import overlay
 from routing.matching.table import SubscriptionRecord
 from routing.monitors.qos import MonitorConfig, QosMonitor, _Empirical, _scale, _scaled, _with_cached_moments
-from routing.reliability import qos
 from routing.reliability.estimation import EstimationConfig
 from routing.reliability.evaluation_system import reliability_tree_system
+from routing.reliability.prediction import compile_prediction, predict
 from routing.reliability.simulator import SimulationResult
 from routing.stats.distributions import parse_distribution
 
@@ -231,7 +231,7 @@ def test_bootstrap_on_the_compiled_overlay_matches_the_reference(
     estimated = monitor.estimator.to_system(monitor.system(), float(end))
     expanded, model = monitor._expand(estimated.system)
     assert sum(1 for wish in model.values() if wish.subscriber_id == owner["id"]) == 2
-    compiled = qos.compile_prediction(expanded)
+    compiled = compile_prediction(expanded)
     cached = _with_cached_moments(compiled)
     fast = monitor._redraws(expanded, end, cached)
     reference = monitor._redraws_reference(expanded, end)
@@ -239,8 +239,8 @@ def test_bootstrap_on_the_compiled_overlay_matches_the_reference(
     assert [sorted(d) for d in fast] == [sorted(d) for d in reference]
     for f, r in zip(fast, reference, strict=True):
         assert all(f[k] == pytest.approx(r[k], abs=1e-12) for k in r)
-    point = qos.predict(expanded, model="gg1", compiled=cached)
-    assert point == qos.predict(expanded, model="gg1")  # cached moments: the very same numbers
+    point = predict(expanded, model="gg1", compiled=cached)
+    assert point == predict(expanded, model="gg1")  # cached moments: the very same numbers
     fast_point = monitor._bootstrap(expanded, point, end, cached)
     reference_point = monitor._bootstrap(expanded, point, end)
     for sid, want in reference_point.subscribers.items():

@@ -1,65 +1,29 @@
-"""The reliability predictor (routing.reliability.qos) against closed forms and the simulator.
+"""The reliability predictor (``routing.reliability.prediction``) against closed forms and the simulator.
 
 Closed forms (QUEUEING-NOTES §6.1): M/M/1 sojourn T ~ Exp(mu - lambda); M/D/1 waiting time by
 Erlang's formula; GI/M/1 (D and Erlang-k arrivals) with sigma the root of
 sigma = A*(mu (1 - sigma)) and T ~ Exp(mu (1 - sigma)); a tandem of M/M/1 queues, whose sojourn
-is a sum of independent exponentials (Burke's theorem).
+is a sum of independent exponentials (Burke's theorem). The formulas alone are checked in
+``test_queueing.py``.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import subprocess
 import sys
 from typing import Any
 
-import numpy as np
 import pytest
-from scipy import optimize
 
-from routing.reliability import qos
+from routing.reliability.prediction import filter_matcher, predict, to_spec_output
 from routing.reliability.simulator import simulate
-from routing.stats.distributions import parse_distribution
-
-ZERO = {"kind": "deterministic", "value": 0}
-
-
-def exp(mean: float) -> dict[str, Any]:
-    return {"kind": "exponential", "mean": mean}
-
-
-def chain(
-    services: list[dict[str, Any]],
-    interarrival: dict[str, Any],
-    lifetime_ms: float,
-    *,
-    delay: dict[str, Any] = ZERO,
-    reliability: float = 1.0,
-) -> dict[str, Any]:
-    """p1 -> b1 -> ... -> bn -> s1, one content entry that s1 matches."""
-    ids = [f"b{i + 1}" for i in range(len(services))]
-    links = [{"from": "p1", "to": ids[0], "reliability": 1.0, "delay_ms": ZERO}]
-    links += [{"from": a, "to": b, "reliability": reliability, "delay_ms": delay} for a, b in itertools.pairwise(ids)]
-    links.append({"from": ids[-1], "to": "s1", "reliability": 1.0, "delay_ms": ZERO})
-    return {
-        "brokers": [{"id": b, "service_ms": s} for b, s in zip(ids, services, strict=True)],
-        "links": links,
-        "publishers": [
-            {
-                "id": "p1",
-                "broker": ids[0],
-                "interarrival_ms": interarrival,
-                "content": [{"p": 1.0, "lifetime_ms": lifetime_ms, "attributes": {"t": 1}}],
-            }
-        ],
-        "subscribers": [{"id": "s1", "broker": ids[-1], "filter": "t = 1"}],
-    }
+from tests.unit.reliability.prediction_systems import ZERO, chain, exp, gi_m1_case
 
 
 def r_of(system: dict[str, Any], **kwargs: Any) -> float:
-    value = qos.predict(system, **kwargs).subscribers["s1"].reliability
+    value = predict(system, **kwargs).subscribers["s1"].reliability
     assert value is not None
     return value
 
@@ -80,7 +44,7 @@ def test_mm1_sojourn_is_exponential(rho: float, quantile: float) -> None:
 def test_mm1_mean_wait_and_load_in_both_models() -> None:
     system = chain([exp(10.0)], exp(12.5), 100.0)
     for model in ("gg1", "mm1"):
-        b1 = qos.predict(system, model=model).brokers["b1"]
+        b1 = predict(system, model=model).brokers["b1"]
         assert b1.rho == pytest.approx(0.8)
         assert b1.arrival_rate_per_s == pytest.approx(80.0)
         assert b1.mean_wait_ms == pytest.approx(0.8 * 10.0 / 0.2)
@@ -108,9 +72,6 @@ def erlang_md1_wait_cdf(t: float, lam: float, d: float) -> float:
 def test_md1_against_erlangs_formula(rho: float) -> None:
     d = 10.0
     lam = rho / d
-    wait = qos.gg1_wait_model(rho, 1.0, 0.0, 1.0, d)
-    assert wait.mean == pytest.approx(rho * d / (2.0 * (1.0 - rho)))  # Pollaczek-Khinchine
-    assert wait.sigma == pytest.approx(rho)
     errors = []
     for t_over_d in (0.3, 1.5, 2.5, 4.5):  # off the kinks at multiples of D
         t = t_over_d * d
@@ -120,34 +81,12 @@ def test_md1_against_erlangs_formula(rho: float) -> None:
     assert max(errors) < 0.02
 
 
-def gi_m1_sigma(laplace: Any, mu: float) -> float:
-    """The root in (0, 1) of sigma = A*(mu (1 - sigma))."""
-    return float(optimize.brentq(lambda s: laplace(mu * (1.0 - s)) - s, 1e-9, 1.0 - 1e-12))
-
-
 @pytest.mark.parametrize("rho", [0.5, 0.8, 0.9])
 @pytest.mark.parametrize("k", [0, 2, 4])  # 0: deterministic arrivals
 def test_gi_m1_sojourn(rho: float, k: int) -> None:
     tau = 10.0
-    mean_gap = tau / rho
-    if k == 0:
-        arrivals: dict[str, Any] = {"kind": "deterministic", "value": mean_gap}
-
-        def laplace(s: float) -> float:
-            return math.exp(-s * mean_gap)
-
-    else:
-        arrivals = {"kind": "gamma", "mean": mean_gap, "cv": 1.0 / math.sqrt(k)}
-
-        def laplace(s: float) -> float:
-            return (k / mean_gap / (k / mean_gap + s)) ** k
-
+    arrivals, sigma, _ = gi_m1_case(rho, k, tau)
     mu = 1.0 / tau
-    sigma = gi_m1_sigma(laplace, mu)
-    ca2 = 0.0 if k == 0 else 1.0 / k
-    assert qos.qna_delay_probability(rho, ca2, 1.0) == pytest.approx(sigma, abs=0.025)
-    exact_wait = sigma / (mu * (1.0 - sigma))
-    assert qos.klb_wait(rho, ca2, 1.0, tau) == pytest.approx(exact_wait, rel=0.10)  # QUEUEING-NOTES §3.1
     for q in (0.5, 0.9, 0.99):
         deadline = -math.log(1.0 - q) / (mu * (1.0 - sigma))
         # QUEUEING-NOTES §3.3: atom + gamma on D/M/1 errs by about 0.002.
@@ -163,7 +102,7 @@ def test_mm1_tandem_is_a_sum_of_exponentials() -> None:
         system["publishers"][0]["content"][0]["lifetime_ms"] = t
         exact = 1.0 - (b * math.exp(-a * t) - a * math.exp(-b * t)) / (b - a)
         assert r_of(system) == pytest.approx(exact, abs=3e-3)
-        brokers = qos.predict(system).brokers
+        brokers = predict(system).brokers
         assert brokers["b2"].ca2 == pytest.approx(1.0)  # Burke: M/M/1 departures are Poisson
 
 
@@ -181,18 +120,18 @@ def test_link_loss_and_delay_enter_the_prediction() -> None:
 
 
 def test_overloaded_broker_gives_zero_with_a_warning() -> None:
-    prediction = qos.predict(chain([exp(12.0)], exp(10.0), 1000.0))
+    prediction = predict(chain([exp(12.0)], exp(10.0), 1000.0))
     assert prediction.subscribers["s1"].reliability == 0.0
     assert prediction.subscribers["s1"].mean_delay_ms is None
     assert any("b1: rho 1.20 >= 1" in w for w in prediction.warnings)
-    near = qos.predict(chain([exp(9.6)], exp(10.0), 1000.0))
+    near = predict(chain([exp(9.6)], exp(10.0), 1000.0))
     assert any("b1: rho 0.96 >= 0.95" in w for w in near.warnings)
 
 
 def test_burstier_publishers_wait_longer() -> None:
     services = [exp(5.0)]
     waits = [
-        qos.predict(chain(services, arrivals, 100.0)).brokers["b1"].mean_wait_ms
+        predict(chain(services, arrivals, 100.0)).brokers["b1"].mean_wait_ms
         for arrivals in (
             {"kind": "deterministic", "value": 7.0},
             exp(7.0),
@@ -205,7 +144,7 @@ def test_burstier_publishers_wait_longer() -> None:
 def test_unmatched_subscriber_is_undefined() -> None:
     system = chain([exp(1.0)], exp(10.0), 50.0)
     system["subscribers"][0]["filter"] = "t = 2"
-    prediction = qos.predict(system)
+    prediction = predict(system)
     assert prediction.subscribers["s1"].reliability is None
     assert any("s1: no publisher's content matches" in w for w in prediction.warnings)
 
@@ -213,17 +152,17 @@ def test_unmatched_subscriber_is_undefined() -> None:
 def test_invalid_arguments_are_named() -> None:
     system = chain([exp(1.0)], exp(10.0), 50.0)
     with pytest.raises(ValueError, match="unknown model 'gg2'; valid: gg1, mm1"):
-        qos.predict(system, model="gg2")
+        predict(system, model="gg2")
     with pytest.raises(ValueError, match="unknown superposition rule"):
-        qos.predict(system, superposition="mean")
+        predict(system, superposition="mean")
     system["links"][1]["to"] = "nowhere"
     with pytest.raises(ValueError, match=r"links\[1\]"):
-        qos.predict(system)
+        predict(system)
 
 
 def test_contributors_blame_the_slow_broker() -> None:
     system = chain([exp(1.0), exp(8.0)], exp(10.0), 30.0)
-    s1 = qos.predict(system).subscribers["s1"]
+    s1 = predict(system).subscribers["s1"]
     assert s1.contributors[0].element == "b2"
     assert s1.contributors[0].utilisation == pytest.approx(0.8)
     assert sum(c.share for c in s1.contributors) == pytest.approx(1.0)
@@ -256,8 +195,8 @@ def test_prediction_agrees_with_the_simulator_on_a_poisson_tree() -> None:
             {"id": "s2", "broker": "b2", "filter": "t >= 1"},
         ],
     }
-    predicted = qos.predict(system)
-    measured = simulate(system, 2000.0, 11, qos.filter_matcher())
+    predicted = predict(system)
+    measured = simulate(system, 2000.0, 11, filter_matcher())
     for sid in ("s1", "s2"):
         truth = measured.subscribers[sid]
         se = math.sqrt(truth.reliability * (1.0 - truth.reliability) / truth.matching)
@@ -272,7 +211,7 @@ def test_prediction_agrees_with_the_simulator_on_a_poisson_tree() -> None:
 
 
 def test_spec_output_shape() -> None:
-    out = qos.to_spec_output(qos.predict(chain([exp(5.0)], exp(10.0), 30.0)))
+    out = to_spec_output(predict(chain([exp(5.0)], exp(10.0), 30.0)))
     assert set(out) == {"model", "subscribers", "brokers", "warnings"}
     assert set(out["subscribers"]["s1"]) == {
         "reliability",
@@ -300,13 +239,3 @@ def test_cli_predict(tmp_path: Any) -> None:
         assert bad.returncode != 0
         assert message in bad.stderr
         assert "Traceback" not in bad.stderr
-
-
-def test_grid_keeps_mass_and_rounds_atoms() -> None:
-    grid = qos.Grid(step=0.5, n=256)
-    pmf = grid.pmf(parse_distribution({"kind": "deterministic", "value": 10.2}))
-    assert int(np.argmax(pmf)) == 20 and pmf.sum() == pytest.approx(1.0)
-    both = grid.convolve(pmf, pmf)
-    assert int(np.argmax(both)) == 40 and both.sum() == pytest.approx(1.0)
-    beyond = grid.shift(pmf, 200.0)
-    assert beyond.sum() == 0.0  # past the grid's end: late, never on time
