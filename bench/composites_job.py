@@ -14,9 +14,10 @@ the component matches complete a detection (the worst case for the job's output)
 draws kinds Zipf-distributed (Gryphon's content model), where a popular kind's instances mostly
 wait for a rare partner and expire.
 
-Target (issue 7): >= 50,000 component matches/s through the detection job, state bounded.
+Target: >= 50,000 component matches/s through the detection job, state bounded.
 
 Run: ``.venv/bin/python bench/composites_job.py [--events 400000] [--per-batch 100000]``.
+Readings: docs/results/composites-job.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,15 @@
 """Ingest benchmark: producer throughput to the local broker, and the validation job's sustained rate.
 
+Producers: the built-in event generator through ``siftstream produce events``' path (generate,
+encode as single-object Avro, produce) with 1 and 2 processes, and pre-encoded events through the
+same writer (the Kafka path alone). Validation: a backlog of ``--validation-events`` events
+(1% bad, every fault kind) drained available-now by the validation job with ``--per-batch``
+records per micro-batch; "sustained" is events over batch time in the second half of the batches
+(the early ones pay for query start-up and the JIT warm-up of the generated code).
+
 Starts its own broker on free ports (or uses --bootstrap-servers), prints the workload and
 the numbers. Run: ``make bench`` or ``.venv/bin/python bench/ingest.py [--events N]``.
+Readings: docs/results/ingest.md.
 """
 
 from __future__ import annotations
@@ -93,9 +101,8 @@ def bench_validation(conn: KafkaConnection, prefix: str, n: int, per_batch: int,
     batches = [p for q in queries for p in q.recentProgress if p.numInputRows > 0]
     rows = sum(p.numInputRows for p in batches)
     durations = [p.batchDuration for p in batches]
-    # early batches pay for query start-up and JIT warm-up of the generated code: in one run of 24
-    # batches of 500k they took 31, 10, 8.7, 7.9, 6.3 s and kept getting faster to ~4.5 s by the
-    # twelfth, so "sustained" is over the second half of a run long enough to reach that state
+    # early batches pay for query start-up and JIT warm-up of the generated code, so "sustained"
+    # is over the second half of a run long enough to get past it (docs/results/ingest.md)
     steady = batches[len(batches) // 2 :]
     steady_rows = sum(p.numInputRows for p in steady)
     steady_ms = sum(p.batchDuration for p in steady)

@@ -1,4 +1,4 @@
-"""Benchmark of the matching index (issue 4): W1, Gryphon, churn and memory, beside the oracle.
+"""Benchmark of the matching index: W1, Gryphon, churn and memory, beside the oracle.
 
 Workloads (printed with the numbers):
 
@@ -22,8 +22,9 @@ also gives the rate with every event's subscription slots spelled out (``Matches
 (``BruteForceIndex``: ``Filter.matches`` on every subscription) is timed on a sample of the same
 events, and its answers are compared with the index's for that sample.
 
-Usage: ``python bench/matching.py [--w1 10000,100000,1000000] [--gryphon 100000] [--churn 200000]
-[--churn-batch 10000] [--churn-only] [--quick]``
+Usage: ``.venv/bin/python bench/matching.py [--w1 10000,100000,1000000] [--gryphon 100000]
+[--churn 200000] [--churn-batch 10000] [--churn-only] [--quick]``. Readings and their history:
+docs/results/matching.md.
 """
 
 from __future__ import annotations

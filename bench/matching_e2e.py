@@ -11,11 +11,11 @@ subscriptions (default 100,000):
    rebuilds its index from the broadcast) and drains the backlog available-now with
    ``--per-batch`` records per micro-batch. "Sustained" is events over batch time in the second
    half of the batches (the first ones pay for start-up), as in ``bench/ingest.py``. The default
-   backlog (``DEFAULT_BACKLOG``) is about a minute and a half of work: the Spark JVM's JIT
+   backlog (``DEFAULT_BACKLOG``) is sized for a minute and a half of work: the Spark JVM's JIT
    compilers keep compiling Spark's per-batch code (planning, scheduling, the sinks) for a minute
-   or more after a start, on the same two cores (a quarter to a third of a core at 0.88), so a
-   backlog of a few seconds measures the warm-up, not the job. The report also prints the rate in
-   each third of the run after the first batch (the restart), which shows the warm-up.
+   or more after a start, on the same two cores, so a backlog of a few seconds measures the
+   warm-up, not the job. The report also prints the rate in each third of the run after the
+   first batch (the restart), which shows the warm-up.
 3. **Ceiling.** Pre-encoded ``Match`` records of the throughput run's average size go to the
    broker from librdkafka in a tight loop (lz4, as the job writes): what this machine can take in
    at all, with no matching and no Spark; the job cannot write faster.
@@ -37,6 +37,7 @@ the estimated bytes/s the job writes.
 
 Run: ``.venv/bin/python bench/matching_e2e.py [--subscriptions 100000] [--decays 0.78,0.88]
 [--events N] [--per-batch 100000] [--rate 10000] [--seconds 90] [--warmup 30] [--quick]``.
+Readings and their history: docs/results/matching.md.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ from schemas.codec import codec_for
 from schemas.topics import EVENTS_TOPIC, MATCHES_TOPIC
 
 BROKERS, SUBS_PER_CLIENT = 80, 5
-# Backlog of the throughput run per decay when --events is not given: about 90 s of draining
-# (0.88: ~45k events/s with ~220 ids per event; 0.78: ~6k events/s with ~2,200).
+# Backlog of the throughput run per decay when --events is not given: sized for about 90 s of
+# draining at the job's rate for that decay (docs/results/matching.md)
 DEFAULT_BACKLOG = {0.78: 500_000, 0.88: 3_000_000}
 
 
@@ -172,8 +173,8 @@ def _paced_producer(
     writer = KafkaWriter(KafkaConnection(bootstrap), **{"linger.ms": 1})
     total, chunk = int(rate * seconds), max(1, int(rate / 20))
     # The events are generated before the clock starts and encoded (columnar) as each chunk is
-    # sent, with published_at = now: generating and encoding event by event in Python, 50 at a
-    # time, took about half a core at 10k events/s, out of the 2 cores the job runs on.
+    # sent, with published_at = now, so that the producer takes little of the 2 cores the job
+    # runs on (docs/results/matching.md)
     chunks = [w.columns(min(chunk, total - lo)) for lo in range(0, total, chunk)]
     chunks[0].avro()  # compiles the encoder
     samples: dict[str, dict[str, Any]] = {}

@@ -2,7 +2,7 @@
 simulator's event-hops per second. Prints the workload and the numbers.
 
 Run: ``.venv/bin/python bench/producers.py [--events N]`` (starts its own broker on free ports,
-or uses --bootstrap-servers).
+or uses --bootstrap-servers). Readings: docs/results/ingest.md.
 """
 
 from __future__ import annotations

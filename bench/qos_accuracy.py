@@ -1,6 +1,6 @@
-"""Accuracy of the reliability predictor against the overlay simulator (issue 5).
+"""Accuracy of the reliability predictor against the overlay simulator.
 
-For each scenario and seed, the simulator (routing.reliability.simulation, the ground truth of
+For each scenario and seed, the simulator (routing.reliability.simulator, the ground truth of
 ``siftstream qos simulate``) measures every subscriber's R_s, and ``qos predict`` predicts R'_s
 with the paper's M/M/1 method and with the G/G/1 model. Printed per scenario: mean and 95th
 percentile absolute error, mean signed error (bias), the G/G/1 error as a fraction of the M/M/1
@@ -18,7 +18,7 @@ medians 200-400 ms, matching 0.5 ms per subscription, lifetime 1.5 s), the same 
 publishers, and one with lossy links (reliability 0.85-1).
 
 Run: ``.venv/bin/python bench/qos_accuracy.py [--seeds 3] [--seconds 10000] [--plots DIR]``
-(about 5 minutes with the defaults; ``--quick`` for one seed of 3,000 s).
+(``--quick`` for one seed of 3,000 s). Readings: docs/results/qos-accuracy.md.
 """
 
 from __future__ import annotations

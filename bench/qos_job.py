@@ -3,8 +3,8 @@
 Workload: the reliability paper's 20-broker tree (``reliability_tree_system``), 8 publishers at
 ``--rate`` events/s each (default 250: about 100,000 telemetry records per simulated second, the
 target's rate, so that a 10 s report period falls once per ~1M records as it would in real time),
-matching ``1 / rate`` ms per stored subscription (so brokers stay below saturation, max rho
-~0.74, at any rate), simulated for ``--seconds`` s. Every record the overlay would emit
+matching ``1 / rate`` ms per stored subscription (so brokers stay below saturation, at the same
+utilisation at any rate), simulated for ``--seconds`` s. Every record the overlay would emit
 (topology, subscriptions, events, one link sample per transmission, one broker sample per
 processed event, one receipt per delivery) goes to a local 1-node KRaft broker first; then the
 QoS job (Spark local[2] on this 2-core machine, update period 10 s, window 5 min) drains the
@@ -15,9 +15,10 @@ CPU time of the whole drain, driver (Python) and Spark JVM apart: on a shared 2-
 wall clock depends on the load, CPU-s per 100k records much less (under 2 is needed to keep up
 with 100k records/s here).
 
-Target (issue 5): keep up with 100,000 telemetry records/s at an update period of 10 s.
+Target: keep up with 100,000 telemetry records/s at an update period of 10 s.
 
 Run: ``.venv/bin/python bench/qos_job.py [--quick] [--rate 250] [--seconds 120] [--per-batch 500000]``.
+Readings: docs/results/qos-job.md.
 """
 
 from __future__ import annotations

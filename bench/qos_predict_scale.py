@@ -1,10 +1,10 @@
-"""Speed of ``qos predict`` at scale (the issue's target: 1,000 brokers and 100,000 subscribers
-in <= 5 s on one core), and on the paper's 20-broker tree.
+"""Speed of ``qos predict`` at scale (the target: 1,000 brokers and 100,000 subscribers in
+<= 5 s on one core), and on the paper's 20-broker tree.
 
-Workloads (``routing.reliability.simulation.reliability_tree_system``, printed with the numbers):
+Workloads (``routing.reliability.evaluation_system.reliability_tree_system``, printed with the numbers):
 
 - **table3**: the paper's Table 3 tree, 20 brokers, 8 publishers x 40 content entries,
-  100 subscribers (seed 1). The previous, hop-by-hop implementation (``predict_reference``) is
+  100 subscribers (seed 1). The hop-by-hop reference implementation (``predict_reference``) is
   timed beside it on the same machine, and the two predictions are compared.
 - **1000/100k**: ``brokers=1000, subscribers=100_000``, the other parameters at their defaults.
   Matching costs 1 ms per stored subscription there, so E[S] = 100 s and every broker is
@@ -23,6 +23,7 @@ limited to one before numpy loads; ``--pin`` also pins the process to one CPU).
 
 Usage: ``.venv/bin/python bench/qos_predict_scale.py [--repeat 2] [--pin] [--skip-large] [--skip-loaded]
 [--skip-overloaded] [--plain]`` (``--plain``: every call outside ``bulk_allocation()``).
+Readings: docs/results/qos-predict-scale.md.
 """
 
 from __future__ import annotations

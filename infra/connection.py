@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["KafkaConnection"]
+
 
 @dataclass(frozen=True)
 class KafkaConnection:

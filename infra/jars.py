@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["JarSets", "ensure_jars", "pyspark_jars_dir"]
+
 POM = Path(__file__).with_name("pom.xml")
 _VERSION_SUFFIX = re.compile(r"-\d[^_/]*\.jar$")
 

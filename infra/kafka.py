@@ -27,6 +27,16 @@ from pathlib import Path
 from infra.connection import KafkaConnection
 from infra.jars import JarSets
 
+__all__ = [
+    "BrokerConfig",
+    "broker_or",
+    "down",
+    "free_ports",
+    "port_open",
+    "status",
+    "up",
+]
+
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
 

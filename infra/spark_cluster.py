@@ -21,6 +21,13 @@ from pathlib import Path
 from infra.jars import pyspark_jars_dir
 from infra.kafka import port_open
 
+__all__ = [
+    "ClusterConfig",
+    "down",
+    "status",
+    "up",
+]
+
 
 @dataclass(frozen=True)
 class ClusterConfig:

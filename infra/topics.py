@@ -8,6 +8,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from infra.connection import KafkaConnection
 from schemas.topics import TOPICS, TopicSpec
 
+__all__ = ["ensure_topics"]
+
 
 def ensure_topics(
     conn: KafkaConnection, prefix: str = "", replication: int = 1, specs: tuple[TopicSpec, ...] | None = None

@@ -1,8 +1,8 @@
 """Events as columns, encoded a whole batch at a time.
 
-A generator that builds one Python dict per event spends most of its time on the dicts (about
-5 us for 15 attributes) and then on encoding them one by one (about 8 us more). Here a batch of
-events is a set of numpy columns (:class:`EventColumns`), and its JSON Lines text and its Avro
+A generator that builds one Python dict per event spends most of its time on the dicts and then
+on encoding them one by one (docs/decisions/producer-columns.md). Here a batch of events is a
+set of numpy columns (:class:`EventColumns`), and its JSON Lines text and its Avro
 single-object frames are assembled for the whole batch with a few numpy operations: every field
 of every row becomes a byte segment (a constant, an entry of a small vocabulary, a number's text,
 a varint), and one gather lays the segments out row after row (:func:`assemble`).
@@ -35,6 +35,14 @@ import orjson
 
 from schemas.codec import codec_for
 from schemas.segments import Segments, assemble, const, doubles_le, len_prefixed, split_rows, table, varints
+
+__all__ = [
+    "Attr",
+    "EventColumns",
+    "Text",
+    "Vocab",
+    "number_text",
+]
 
 Kind = Literal["long", "double", "string", "boolean"]
 KINDS: tuple[Kind, ...] = ("long", "double", "string", "boolean")  # the order of the wire's maps

@@ -16,6 +16,8 @@ import numpy as np
 
 from producers.columns import Attr, EventColumns, Text, Vocab
 
+__all__ = ["SYMBOLS", "EventGenerator"]
+
 SYMBOLS = (
     "IBM",
     "AAPL",

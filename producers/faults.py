@@ -16,6 +16,8 @@ from typing import Any
 
 from schemas.codec import MAGIC, codec_for
 
+__all__ = ["FAULTS", "corrupt"]
+
 # fault kind -> the error_code the validation job must report for it
 FAULTS: dict[str, str] = {
     "garbage": "bad_framing",

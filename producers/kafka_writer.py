@@ -2,7 +2,7 @@
 
 Idempotent producer with ``acks=all``. librdkafka reports only the failures
 (``delivery.report.only.error``), each counted with its first errors kept; a Python callback for
-every acknowledged record would cost about a microsecond each. ``flush`` waits until no record is
+every acknowledged record would cost a Python call per record. ``flush`` waits until no record is
 in flight, so at that point every record sent and not reported failed was acknowledged by the
 broker; records still unacknowledged when ``flush`` gives up count as failed. Nothing is dropped
 silently.
@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, Message, Producer
 
 from infra.connection import KafkaConnection
+
+__all__ = ["DeliveryReport", "KafkaWriter"]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The overlay simulator at the edge: runs ``routing.reliability.simulation`` with the real filter language and
+"""The overlay simulator at the edge: runs ``routing.reliability.simulator`` with the real filter language and
 turns its column tables into SiftStream records (events, link and broker telemetry, receipts)
 for Kafka or JSON Lines files, in simulated time or time-scaled real time."""
 
@@ -21,6 +21,16 @@ from schemas.topics import (
     SUBSCRIPTIONS_TOPIC,
     TOPOLOGY_TOPIC,
 )
+
+__all__ = [
+    "SCHEMA_OF",
+    "emit",
+    "filter_matcher",
+    "records",
+    "run",
+    "setup_records",
+    "summary",
+]
 
 
 def filter_matcher() -> Any:

@@ -13,6 +13,13 @@ from producers.events import EventGenerator
 from producers.faults import FAULTS, corrupt
 from producers.kafka_writer import DeliveryReport, KafkaWriter
 
+__all__ = [
+    "ProduceConfig",
+    "ProduceResult",
+    "produce_events",
+    "progress_bar",
+]
+
 CHUNK = 2000
 
 

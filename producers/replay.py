@@ -21,6 +21,8 @@ import orjson
 from producers.columns import EventColumns
 from producers.workloads import Record
 
+__all__ = ["Replay", "read_events"]
+
 _EVENT_FIELDS = ("event_id", "publisher_id", "published_at", "lifetime_ms")
 
 

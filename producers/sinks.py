@@ -18,6 +18,14 @@ from producers.workloads import Record, Workload
 from schemas.codec import codec_for
 from schemas.topics import EVENTS_TOPIC, SUBSCRIPTIONS_TOPIC
 
+__all__ = [
+    "JsonlSink",
+    "KafkaSink",
+    "RunReport",
+    "Sink",
+    "run_workload",
+]
+
 
 class Sink(Protocol):
     def events(self, batch: EventColumns) -> None: ...

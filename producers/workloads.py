@@ -23,6 +23,19 @@ from producers.columns import Attr, EventColumns, Text, Vocab
 from producers.events import EventGenerator
 from routing.planning.model import chen_events
 
+__all__ = [
+    "PRESETS",
+    "ClustersWorkload",
+    "CompositeWorkload",
+    "GryphonWorkload",
+    "Record",
+    "ReliabilityWorkload",
+    "SensorsWorkload",
+    "StocksWorkload",
+    "Workload",
+    "zipf_probs",
+]
+
 Record = dict[str, Any]
 
 

@@ -436,8 +436,8 @@ def _record_order(
 
     New fids are taken in this order, so that the fids an equality on a leading attribute
     excludes lie together and whole words of the AND of an event's rows come out empty. Range
-    filters (W1) keep the order given: sorting them by their bounds made a dense AND ~10% slower
-    at 10^6 filters and gives the sparse path nothing to skip.
+    filters (W1) keep the order given: sorted by their bounds they give the sparse path nothing to
+    skip and slow the dense AND (docs/decisions/matching-bitset-index.md).
     """
     starts = offs[groups]
     lens = offs[groups + 1] - starts
@@ -467,8 +467,8 @@ class MatchIndex:
     that an equality on a leading attribute (Gryphon-style equality and don't-care filters)
     leaves whole words empty, which are skipped. Each row keeps a summary bit per word (does it
     hold any?), refreshed by the flush for new rows and the words whose fids changed; an event
-    whose summaries leave few words to AND (Gryphon: ~70 of ~770) is matched on those words
-    alone, event after event, so that its hits need no grouping. ``match`` answers with each
+    whose summaries leave few words to AND (as Gryphon's equality filters do) is matched on those
+    words alone, event after event, so that its hits need no grouping. ``match`` answers with each
     event's matching fids; a fid's subscriptions lie together in a member table rebuilt after
     changes, so the ``Matches`` names them as runs and spells out slots only when asked.
 

@@ -46,6 +46,56 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros as _cttz
 
+__all__ = [
+    "K_BOOL",
+    "K_NOVALUE",
+    "K_NUMBER",
+    "K_STRING",
+    "LISTED",
+    "M_FLAGS",
+    "M_MCAP",
+    "M_MCOUNT",
+    "M_MSTART",
+    "M_PCOUNT",
+    "M_PSTART",
+    "O_BETWEEN",
+    "O_EQ",
+    "O_GE",
+    "O_GT",
+    "O_IN",
+    "O_LE",
+    "O_LT",
+    "O_NE",
+    "O_NONE",
+    "O_NOT_IN",
+    "P_BOOL",
+    "P_EXISTS",
+    "P_NUMBER",
+    "P_SLOW_NUMBER",
+    "P_SLOW_STRING",
+    "P_STRING",
+    "SLOW",
+    "clear_fid_bits",
+    "copy_slots",
+    "event_offsets",
+    "event_rows",
+    "group_hits",
+    "list_members",
+    "match_hits",
+    "match_listed",
+    "new_records_size",
+    "pack_members",
+    "ranked_members",
+    "same_records",
+    "set_fid_bits",
+    "slot_offsets",
+    "sort_segments",
+    "store_fids",
+    "summarize",
+    "summarize_rows",
+    "unlist_members",
+]
+
 # value kinds of an event cell
 K_MISSING, K_NOVALUE, K_BOOL, K_NUMBER, K_STRING = 0, 1, 2, 3, 4
 # predicate kinds
@@ -316,7 +366,7 @@ def _emit(e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, h
     (``exw``: which of them are decisive). Returns ``(k, ns, full)``: the hit and slow-pair
     counts, and 1 when ``hit_fid`` filled up, 2 when ``slow_pairs`` did (the caller then redoes
     the event later). The callers take a word whose bits are all decisive themselves (inline,
-    the common case: a call per word costs twice the AND)."""
+    the common case: a call per word would cost more than the AND)."""
     cap = hit_fid.shape[0]
     y = x & exw  # decisive: matches outright
     if k + _popcount(y) > cap:
@@ -348,8 +398,8 @@ def _emit(e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, h
 @njit(cache=True)
 def _emit_call(e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, hit_ev, hit_fid, slow_pairs, k, ns):  # type: ignore[no-untyped-def]
     """``_emit`` as a call: where words needing a check are rare (``match_listed``), its code
-    inline slows the common path (by ~1.5x on Gryphon); in ``match_hits`` (W1's verified ranges)
-    the call costs more."""
+    inline slows the common path; in ``match_hits`` (W1's verified ranges) the call costs more
+    (docs/decisions/numba-kernels.md)."""
     return _emit(
         e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, hit_ev, hit_fid, slow_pairs, k, ns
     )
@@ -489,7 +539,7 @@ def match_hits(
         m = min(w0 + block_words, n_words) - w0
         e_start = resume[1] if b == resume[0] else 0
         ex = exact[w0 : w0 + m]
-        acc_m = acc[:m]  # 1-D views let LLVM vectorize the AND (2-D indexing runs 4x slower)
+        acc_m = acc[:m]  # 1-D views let LLVM vectorize the AND (2-D indexing does not)
         for e in range(e_start, n):
             if path[e] == LISTED:
                 continue
@@ -620,8 +670,8 @@ def ranked_members(fid_offsets, fids, m_start, m_rank, n_ranks, offsets, out):  
 
     An event with many subscriptions sets their ranks in a bitmap over all ranks, and each word it
     touches in a summary bitmap (a bit per word), then reads back the touched words in order: no
-    comparison sort, and no scan over the words in between (at 0.2% of 100k subscriptions nearly
-    every touched word holds one rank). One with few sorts them.
+    comparison sort, and no scan over the words in between (at low match rates nearly every
+    touched word holds one rank). One with few sorts them.
     """
     n = fid_offsets.shape[0] - 1
     words = (n_ranks + 63) // 64

@@ -485,7 +485,7 @@ _EXPECT_AND_OR_END: Final = "'and' or end of input"
 _EXPECT_NOT_BOOLEAN: Final = "a number or a 'string' (booleans take only = and !=)"
 
 
-class _Token(NamedTuple):  # a tuple: made ~35 times per filter, and a frozen dataclass is slow to make
+class _Token(NamedTuple):  # a tuple: made for every token of every filter, and a frozen dataclass is slow to make
     kind: str
     text: str
     position: int
@@ -585,8 +585,8 @@ _MAX_PREDICATES = 1 << 16
 def _predicate(name: str, op: Op, values: tuple[Value, ...]) -> Predicate:
     """``Predicate(name, op, values)``, the same (immutable) object for the same text: filters
     share most of their predicates (a workload of 100k subscriptions over 15 attributes with 4
-    values each has 60 distinct equalities), and building one (its checks and compiled test) was
-    a third of parsing."""
+    values each has 60 distinct equalities), and building one (its checks and compiled test) is
+    a large part of parsing (docs/decisions/filter-parser.md)."""
     key = (name, op, *((type(v), v) for v in values))  # 1, 1.0 and True stay apart
     found = _PREDICATES.get(key)
     if found is None:

@@ -1,1 +1,34 @@
-"""routing.monitors."""
+"""Each streaming job's Spark-free step: its state, a micro-batch's records in, records out.
+
+The QoS, routes and composites jobs (``streaming/``) keep their whole state in one of these
+objects, feed it each micro-batch's decoded records, and write what it returns. Each object's
+state round-trips through ``to_bytes`` and ``from_bytes``, so that a restarted job replays a
+batch exactly.
+
+Modules
+-------
+qos
+    :class:`QosMonitor` (configured by ``qos.MonitorConfig``): the overlay's shape, rolling
+    telemetry estimates and each publisher's content mix; per update period one ``QosReport``
+    per subscriber and per broker, predicted against measured, with alerts.
+routes
+    :class:`RoutePlanner` (configured by :class:`PlannerConfig`): the live MICPICE instance,
+    re-planned on drift with hysteresis; one ``RoutePlan`` record per re-plan.
+composites
+    :class:`CompositeMonitor` (configured by ``composites.MonitorConfig``): the leaves of the
+    composite subscriptions matched in one index, detection in event time, and where each
+    subscription's detection is placed.
+
+Examples
+--------
+>>> from routing import monitors
+>>> planner = monitors.RoutePlanner(monitors.PlannerConfig(check_period_ms=1000))
+>>> planner.to_bytes() == monitors.RoutePlanner.from_bytes(planner.to_bytes()).to_bytes()
+True
+"""
+
+from routing.monitors.composites import CompositeMonitor
+from routing.monitors.qos import QosMonitor
+from routing.monitors.routes import PlannerConfig, RoutePlanner
+
+__all__ = ["CompositeMonitor", "PlannerConfig", "QosMonitor", "RoutePlanner"]

@@ -76,6 +76,13 @@ from routing.stats.moments import Moments
 from routing.stats.state import pack_documents, unpack_documents
 from routing.stats.windows import RollingWindow
 
+__all__ = [
+    "CompositeMonitor",
+    "MonitorConfig",
+    "micpice_cost",
+    "policy_instance",
+]
+
 CATCH_UP_PERIODS = 60
 """Check periods of counts kept beyond the rate window, so that a backlog read in one batch is
 still placed period by period (as ``routing.monitors.routes`` does)."""

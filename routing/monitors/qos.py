@@ -1,6 +1,6 @@
 """The QoS monitor: what the QoS job keeps and computes, free of Spark and Kafka.
 
-It joins three things (issue 5, part 4):
+It joins three things:
 
 - the overlay's shape, from the topology topic (brokers, links with their configured
   reliability, publishers and subscribers with their home broker) and the subscriptions topic
@@ -415,7 +415,7 @@ class QosMonitor:
             model[node] = wish
             subs.append({"id": node, "broker": home, "filter": wish.filter})
             # its own DIST: a bootstrap redraw scales each link's delay in place, and one DIST shared
-            # by a subscriber's model links was scaled once per link (compounded)
+            # by a subscriber's model links would be scaled once per link (compounded)
             links.append(dict(link, to=node, delay_ms=dict(link["delay_ms"])))
         return dict(system, links=links, subscribers=subs), model
 

@@ -62,6 +62,8 @@ from routing.stats.moments import Moments
 from routing.stats.state import pack_documents, unpack_documents
 from routing.stats.windows import RollingWindow
 
+__all__ = ["PlannerConfig", "RoutePlanner"]
+
 CATCH_UP_PERIODS = 60
 """Check periods of history kept beyond the rate window: a backlog up to this long (e.g. after a
 restart) is checked period by period as if it had arrived live; older periods are skipped."""
