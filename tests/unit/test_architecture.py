@@ -9,7 +9,9 @@ The rules (CONVENTIONS.md rules 1 and 15):
 layers
     ``routing/`` is split by capability into the subpackages of :data:`LAYERS`, lowest first. A
     module may import from its own subpackage and from the ones before it; ``routing/__init__.py``
-    (the catalogue of the layers) may import any of them, and nothing inside a layer imports it.
+    (the catalogue of the layers) may import any of them, and nothing inside a layer imports it;
+    nor does a module import its own layer's catalogue (``routing/<layer>/__init__.py``, which
+    imports it in turn), only the modules beside it.
     There are no modules directly under ``routing/`` other than ``__init__.py``, and no
     subpackage that is not a layer. ``routing.LAYERS`` states the same order (checked).
 purity
@@ -256,6 +258,8 @@ def layer_violations(mods: Iterable[Module], layers: tuple[str, ...] = LAYERS) -
                     found.append(f"{imp}: routing.{layer} is not a layer")
                 elif layer not in allowed:
                     found.append(f"{imp}: the {own} layer may import only {', '.join(allowed)}, not {layer}")
+                elif target == f"routing.{own}" and not m.is_package:
+                    found.append(f"{imp}: a module imports the modules beside it, not its own layer's catalogue")
     return found
 
 
@@ -643,8 +647,9 @@ def test_the_layer_checker_finds_upward_imports_and_strays() -> None:
     mods = [
         _fake("routing/__init__.py", "from routing import monitors\n"),
         _fake("routing/stats/__init__.py", "from routing.stats import moments\n"),
-        _fake("routing/stats/moments.py", "from routing.common import json_fields\n"),
+        _fake("routing/stats/moments.py", "from routing.common import json_fields\nfrom routing.stats import Tally\n"),
         _fake("routing/stats/fake.py", _FAKE),
+        _fake("routing/stats/sibling.py", ""),
         _fake("routing/common/__init__.py", "import routing\n"),
         _fake("routing/common/json_fields.py", "from routing.monitors.qos import QosStep\n"),
         _fake("routing/helpers.py", "x = 1\n"),
@@ -652,6 +657,8 @@ def test_the_layer_checker_finds_upward_imports_and_strays() -> None:
         _fake("routing/monitors/qos.py", ""),
     ]
     assert layer_violations(mods) == [
+        "routing/stats/moments.py:2: from routing.stats import Tally: a module imports the modules beside it, "
+        "not its own layer's catalogue",
         "routing/stats/fake.py:7: from ..planning.exact import plan_exact: the stats layer may import only "
         "common, stats, not planning",
         "routing/common/__init__.py:1: import routing: imports the routing catalogue, which sits above every layer",

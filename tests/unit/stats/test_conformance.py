@@ -116,7 +116,7 @@ def _moments_close(got: Results, want: Results, values: np.ndarray, what: str) -
     """Moments documents merges "up to rounding": the pairwise formulas (Chan et al.; Pébay eq. 2.2)
     reassociate the sums, so mean, M2 and M3 may differ by rounding of the order of n ulps of the
     data's scale to the power of the statistic (the bounds of the numpy parity test in
-    tests/unit/reliability/test_estimation.py). The count is exact."""
+    tests/unit/stats/test_moments.py). The count is exact."""
     n = len(values)
     scale = max(1.0, float(np.abs(values).max())) if n else 1.0
     assert got["count"] == want["count"], f"{what}: count {got['count']} != {want['count']}"
