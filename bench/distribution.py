@@ -1,6 +1,6 @@
-"""Distribution planning (issue 6): Chen et al. 2004, Figs. 8-11, and the planners' speed.
+"""Distribution planning: Chen et al. 2004, Figs. 8-11, and the planners' speed.
 
-Workloads (Chen et al. §4.2-§4.3; instances from ``routing.planning.distribution.chen_instance``: one
+Workloads (Chen et al. §4.2-§4.3; instances from ``routing.planning.model.chen_instance``: one
 primitive event per publisher with rate uniform in (0, 1), composites in three levels with 1-3
 components, popular with probability alpha = 0.2, interest p_pop = 0.6 / p_unp = 0.1, each
 (link, event) forbidden with probability p_c):
@@ -20,80 +20,33 @@ components, popular with probability alpha = 0.2, interest p_pop = 0.6 / p_unp =
   fresh graph per instance. §4.3.1 read literally generates *one* graph ("A Flat random graph
   G(V, L) is generated ... Among those 12 nodes in G, we have three publishers ...") and 100
   instances on it per p_c; the last table (``--fig8-graphs``, brokers compose) does that for
-  several graphs fixed in advance and shows how widely the curve moves with the graph: the
-  paper's single curve is one draw of it. Each point also gets a 95% bootstrap interval (the
-  instances resampled), and a graph is "within noise" of the paper for a method when the bound
-  is at or above the lower end of every point's interval and 1 is inside it at p_c = 0.9: a curve
-  of 100 instances per point, the paper's included, could then have come out under the bound by
-  chance. On graphs 1000-1011 (100 instances per p_c below 0.9, 6-34 feasible in 5,000 draws at
-  0.9) the median curve is greedy 1.093, 1.086, 1.085, 1.073, 1.051, 1.029, 1.016, 1.003, 1.000,
-  1.000 and enhanced Φ_M 1.015, 1.017, 1.017, 1.016, 1.013, 1.008, 1.005, 1.000, 1.000, 1.000 for
-  p_c = 0 .. 0.9; the worst r over p_c is 1.06-1.17 (greedy), 1.014-1.040 (enhanced Φ_M) and
-  1.004-1.040 (with ``improve``). No graph's point estimates meet both bounds; within noise,
-  greedy meets its bound on 7 graphs, enhanced Φ_M on 6, both on 2 (1002 and 1007), enhanced
-  with ``improve`` on all 12. The fixed graph gives the paper's shape (r falls smoothly to 1 near
-  p_c = 0.9), which a fresh graph per instance does not (high p_c then keeps only the graphs with
-  short publisher-subscriber paths). Other readings measured for
-  issue 6 (fresh graphs, worst r over p_c, greedy / enhanced Φ_M, this table's reading unless
-  named): policy per
-  undirected link and event, per directed link for all events, per undirected link for all events
-  (1.18 / 1.014, 1.16 / 1.027, 1.16 / 1.029 at 30 instances); components from the level just
-  below (1.11 / 1.028), from any lower level with no level-2 component forced (1.10 / 1.016);
-  subscribers interested only in composites (1.17 / 1.057); composite rate uniform in (0, 1)
-  given <= Σ component rates (1.17 / 1.045); link costs 1..10 (1.12 / 1.037); unservable
-  interests dropped instead of redrawing the instance (1.15 / 1.041); mean of ratios instead of
-  ratio of means (1.13 / 1.044); brokers on the 6 best-connected nodes, publishers and subscribers
-  on the rest (Fig. 1: brokers "inside" the network; 1.104 / 1.020 over 500 instances at p_c = 0);
-  all rates 1 (1.17 / 1.052 at 40 instances); Fig. 4 as printed (Bellman-Ford, other
-  tie-breaks) instead of Dijkstra (within ±0.015, the sampling noise); an optimum restricted to one generation node per
-  composite (equal to the exact optimum on every instance); only brokers relay (publishers send
-  only their own event, subscribers nothing: 1.06 / 1.021 at 50 instances, ratios 1 from
-  p_c = 0.3 on); a greedy that costs a component at 0 where its own earlier tracing already put
-  it (which §3.3.2 rules out: the greedy "does not account for the interaction between the
-  transmission of composite events and their component events"): 1.081, 1.082 at p_c = 0, 0.2.
-  Two variants of the enhanced heuristic on the fixed graphs (100 instances each): a generation
-  node costed by the true marginal cost of bringing all components there (each candidate tried
-  on a copy of the plan, so an original shared by two components is paid once) lowers r at
-  p_c = 0 by 0.000-0.005 (median 0.002; e.g. 1.0185 -> 1.0139 on graph 1000, 1.0289 -> 1.0236
-  on 1011); Φ_M over all pending (event, subscriber) pairs at once instead of event by event
-  (by cost or by cost / λ) is no better (-0.002 to +0.004) on graphs 1000, 1001, 1003 and 1011. None
-  meets both bounds; over 1,000 instances at p_c = 0 this table's reading
-  gives 1.122 / 1.022 (batches of 100: sd 0.017 / 0.007).
+  several graphs fixed in advance and shows how widely the curve moves with the graph. Each
+  point also gets a 95% bootstrap interval (the instances resampled), and a graph is "within
+  noise" of the paper for a method when the bound is at or above the lower end of every point's
+  interval and 1 is inside it at p_c = 0.9: a curve of 100 instances per point could then have
+  come out under the bound by chance.
 - Fig. 9: the application networks of §4.3.2 over one 100-node transit-stub graph and one
   100-node flat graph (|P| = |S| = 10, |B| = 20, unit physical costs), |E_p| = |E_c| = 10, no
   policy constraints; mean cost of greedy, enhanced Φ_M, Φ_L, and Φ_R (mean and best of
   ``--random-reps`` random orders per instance) over ``--instances`` draws. The paper ranks Φ_L
-  first on flat and Φ_M first on transit-stub; here Φ_M is first on both and Φ_L last. Density
-  does not explain it: on flat graphs of 100 nodes with pure-random edge probability 0.03, 0.05,
-  0.1 and 0.3 (139-1,502 edges; 2 graphs each, 60 instances, |P| = |S| = 10, |B| = 20) Φ_M stays
-  first and Φ_L costs 5-13% more. Φ_L (farthest subscriber first) is the opposite of the
-  nearest-first rule of the shortest-path Steiner heuristic, which Φ_M is for a primitive event
-  (Chen §5.4). Reading Φ_L's distance d(u, M_e) in hops instead of link cost (the longest path
-  in hops adds the most nodes to M_e, the paper's stated intuition) brings Φ_L level with Φ_M but
-  not ahead (100 instances on these networks: transit-stub Φ_M 50.54, Φ_L 51.57, Φ_L in hops
-  50.62; flat 23.40, 25.48, 23.40: on the flat overlay every node is one hop from the sources,
-  so the tie-break, the smaller receiving cost, decides as in Φ_M).
+  first on flat and Φ_M first on transit-stub.
 - Fig. 10: the same networks, |E_c| varied; enhanced with Φ_L on flat and Φ_M on transit-stub
   (the paper's choice). The paper: cost grows sublinearly in |E_c|.
 - Fig. 11: the same physical graphs, |P| = |S| = |E_p| = |E_c| = 10, |B| varied (brokers
   nested: the overlay with more brokers keeps the ones before); the paper: cost falls as |B|
-  grows (|B| = 80 is the whole physical graph). Here the first 5 brokers change no instance's
-  cost on either network: Fig. 4's strict ``<`` keeps a direct logical link over a path of equal
-  cost through a broker, so the broker never becomes a point that later deliveries branch from.
-  Preferring the path with more hops on such ties (tried in session 13 and reverted: 17-40%
-  slower on the 1,000-node graph, where unit costs gain nothing from it) cuts the Fig. 9 costs by
-  0.5-11% but makes flat Fig. 11 level at 23.47-23.48 from |B| = 0; building logical links only
-  where no cheapest physical path meets another application node (the other reading of §4.2)
-  leaves it level too.
+  grows (|B| = 80 is the whole physical graph).
 - Speed: enhanced (Φ_M) per plan on the Fig. 9 networks (20 events); greedy and enhanced on a
   1,000-node transit-stub graph (2 transit domains x 5 transit nodes x 3 stubs x 33 nodes, unit
   costs, all nodes application nodes: 100 publishers, 100 subscribers, 800 brokers) with 200
   events (100 primitive + 100 composite); the exact method per 12-node instance (from Fig. 8).
   Targets: <= 100 ms, <= 5 s, <= 1 s.
 
-Run: ``.venv/bin/python bench/distribution.py [--quick] [--only fig8] [--plots bench/out]`` (about 10 minutes
-with the defaults on one core of this 2-core machine, of which ~6 for Fig. 8 and its 12 fixed
-graphs: ``--fig8-graphs 0`` skips them; ``--quick`` takes about a minute).
+What these gave, and the other readings of the paper that were measured, are in
+docs/results/distribution-figures.md.
+
+Run: ``.venv/bin/python bench/distribution.py [--quick] [--only fig8] [--plots bench/out]``.
+Fig. 8's fixed graphs are the longest part (``--fig8-graphs 0`` skips them); ``--quick`` draws
+fewer instances.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Composite detection placement on the overlay: adaptive vs joint-point vs optimal (issue 7).
+"""Composite detection placement on the overlay: adaptive vs joint-point vs optimal.
 
 Li & Jacobsen §4: where should the operators of a composite subscription be detected? The
 joint point (the topology-only baseline) detects an operator where its inputs' paths to the
 subscriber meet; Algorithm 2 (``adaptive``) moves it towards the heavier input; ``optimal`` is
-the minimum of SPEC §6's traffic cost. Target of issue 7: with component rates imbalanced
-1:10, adaptive sends >= 40% less inter-broker traffic than joint-point placement, and at 1:1 it
-is never worse than the baseline beyond noise.
+the minimum of SPEC §6's traffic cost. The target, reported at the end of a run: with
+component rates imbalanced 1:10, adaptive sends >= 40% less inter-broker traffic than
+joint-point placement, and at 1:1 it is never worse than the baseline beyond noise.
 
 Workload (all from ``--seed``):
 
@@ -36,8 +36,8 @@ traffic over it; ``delay`` mean and p95 of detection delay (arrival at the subsc
 minus the last component's publication; network only, no watermark wait); ``at JP`` the share
 of operators placed at their joint point.
 
-Run: ``.venv/bin/python bench/placement.py`` (about 2 minutes; ``--quick``: 60 composites over
-20 s, about 20 s). Exits 1 when a sanity check fails.
+Run: ``.venv/bin/python bench/placement.py`` (``--quick``: 60 composites over 20 s, a run of
+seconds rather than minutes). Exits 1 when a sanity check fails.
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ def _plan_method(args: argparse.Namespace, command: str, methods: Sequence[str],
 
 
 def cmd_plan_distribution(args: argparse.Namespace) -> int:
-    """Min-cost routes for a SPEC.md section 5 instance (docs/reference/distribution.md)."""
+    """Min-cost routes for a distribution instance (docs/reference/distribution.md)."""
     from routing.planning import DISTRIBUTION_METHODS, Instance, plan_distribution
 
     doc = _plan_instance_doc(args, "distribution")
@@ -637,20 +637,20 @@ def _plan_parsers(sub: Any) -> None:
         "plan",
         help="offline planning: distribution routes, composite placement, random instances, plan checks",
         description="Offline planning on one JSON document. distribution: min-cost routes under policy "
-        "constraints (SPEC.md section 5, docs/reference/distribution.md); placement: where to detect a composite "
-        "subscription (SPEC.md section 6, docs/reference/placement.md); instance: a random distribution "
-        "instance; check: verify a distribution plan.",
+        "constraints (docs/reference/distribution.md); placement: where to detect a composite subscription "
+        "(docs/reference/placement.md); instance: a random distribution instance; check: verify a distribution "
+        "plan.",
     )
     plan = p.add_subparsers(dest="action", required=True)
 
     q = plan.add_parser(
         "distribution",
-        help="min-cost routes under policy constraints (SPEC.md section 5)",
+        help="min-cost routes under policy constraints",
         description="Which events cross which links, and where composite events are generated, so that every "
         "subscriber gets its events, no link carries a forbidden event, and the cost is least (Chen et al. 2004). "
-        "Prints the SPEC.md section 5 plan. Reference: docs/reference/distribution.md",
+        "Prints the plan. Reference: docs/reference/distribution.md",
     )
-    q.add_argument("--instance", metavar="FILE", help="the SPEC.md section 5 instance (JSON); required")
+    q.add_argument("--instance", metavar="FILE", help="the distribution instance (JSON); required")
     q.add_argument(
         "--method",
         metavar="{" + ",".join(DISTRIBUTION_METHODS) + "}",
@@ -668,13 +668,13 @@ def _plan_parsers(sub: Any) -> None:
 
     q = plan.add_parser(
         "placement",
-        help="where to detect a composite subscription (SPEC.md section 6)",
+        help="where to detect a composite subscription",
         description="The broker at which each operator of one composite subscription is detected, given where "
         "its leaves' publications enter the overlay and at what rates (Li & Jacobsen 4). Prints the placement, "
         "its traffic cost, the joint-point baseline and one reason per operator. "
         "Reference: docs/reference/placement.md",
     )
-    q.add_argument("--instance", metavar="FILE", help="the SPEC.md section 6 instance (JSON); required")
+    q.add_argument("--instance", metavar="FILE", help="the placement instance (JSON); required")
     q.add_argument(
         "--method",
         metavar="{" + ",".join(PLACEMENT_METHODS) + "}",
@@ -686,7 +686,7 @@ def _plan_parsers(sub: Any) -> None:
     q = plan.add_parser(
         "instance",
         help="a random distribution instance as in Chen et al. 4.2",
-        description="Prints a random SPEC.md section 5 instance drawn as in Chen et al. 4.2: one primitive event "
+        description="Prints a random distribution instance drawn as in Chen et al. 4.2: one primitive event "
         "per publisher, composite events in three levels, popular and unpopular events, policy constraints. "
         "Reference: docs/reference/distribution.md",
     )
@@ -704,12 +704,12 @@ def _plan_parsers(sub: Any) -> None:
     q = plan.add_parser(
         "check",
         help="verify a distribution plan (exit 1 if invalid)",
-        description="Checks a SPEC.md section 5 plan against its instance with code that shares nothing with the "
+        description="Checks a distribution plan against its instance with code that shares nothing with the "
         "planners; prints the verdict, the recomputed cost and the problems, and exits 1 when the plan is "
         "invalid. Reference: docs/reference/distribution.md",
     )
-    q.add_argument("--instance", metavar="FILE", help="the SPEC.md section 5 instance (JSON); required")
-    q.add_argument("--plan", metavar="FILE", help="the plan to verify (JSON, SPEC.md section 5 output); required")
+    q.add_argument("--instance", metavar="FILE", help="the distribution instance (JSON); required")
+    q.add_argument("--plan", metavar="FILE", help="the plan to verify (JSON, as plan distribution prints it); required")
     q.set_defaults(func=cmd_plan_check)
 
 

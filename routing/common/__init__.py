@@ -1,7 +1,8 @@
 """Helpers shared by every layer of ``routing``: reading JSON instance documents.
 
-The offline commands read one JSON document each (SPEC §5's distribution instance, SPEC §6's
-placement instance). They check it the same way and report the first bad item by its path, what
+The offline commands read one JSON document each (a distribution instance,
+docs/reference/distribution.md; a placement instance, docs/reference/placement.md). They check it
+the same way and report the first bad item by its path, what
 was wrong and what would be valid, each raising its own error class.
 
 Modules

@@ -25,7 +25,7 @@ replay
 
 Imports go one way: ``detection`` and ``replay`` read ``trees``; ``placement`` reads only the
 JSON helpers of ``routing.common``. ``placement`` has its own small tree and overlay types
-(``Leaf``, ``Operator``, ``Node``, ``Link``, ``OPS``) for SPEC §6's document: here ``Leaf``,
+(``Leaf``, ``Operator``, ``Node``, ``Link``, ``OPS``) for the placement document: here ``Leaf``,
 ``Operator``, ``Node`` and ``OPS`` are the language's (``trees``), and the placement ones stay in
 ``routing.composite.placement``, as does ``Decision``. ``placement.METHODS`` is
 :data:`PLACEMENT_METHODS` here. The replay's names (``Network``, ``Composite``, ``detect``,

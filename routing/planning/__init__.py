@@ -10,8 +10,9 @@ Modules
 -------
 topology
     :class:`Topology` (nodes, directed links), seeded generators (:func:`flat_random`,
-    :func:`transit_stub`, ...), the papers' named setups, and the exporters to SPEC §4/§5 and the
-    topology topic; :func:`generate_topology` builds any of them by name.
+    :func:`transit_stub`, ...), the papers' named setups, and the exporters to the documents of
+    ``siftstream qos predict`` and ``siftstream plan distribution`` and to the topology topic;
+    :func:`generate_topology` builds any of them by name.
 model
     The MICPICE model: :class:`Instance` (parsed and checked, :class:`InstanceError` naming the
     item), :class:`Plan`, and random instances as in the paper (:func:`chen_instance`).

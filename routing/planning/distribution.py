@@ -1,8 +1,8 @@
 """Min-cost event distribution under policy constraints and composite events (MICPICE): one entry point.
 
 Chen, Ge, Kurose and Towsley, *Optimizing event distribution in publish/subscribe systems in the
-presence of policy-constraints and composite events* (2004), §2-§3; SPEC §5 is the contract of
-``siftstream plan distribution`` (docs/reference/distribution.md). :func:`plan` runs one of the
+presence of policy-constraints and composite events* (2004), §2-§3; the contract of
+``siftstream plan distribution`` is docs/reference/distribution.md. :func:`plan` runs one of the
 planners of :data:`METHODS` on an :class:`~routing.planning.model.Instance`:
 
 - ``greedy``: :func:`routing.planning.heuristics.plan_greedy` (§3.3.1, Figs. 4 and 5);

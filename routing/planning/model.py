@@ -1,8 +1,8 @@
 """The MICPICE model: instances, plans, and random instances as in the paper.
 
 Chen, Ge, Kurose and Towsley, *Optimizing event distribution in publish/subscribe systems in the
-presence of policy-constraints and composite events* (2004), §2 and §4.2; SPEC §5 fixes the
-JSON form. The symbols:
+presence of policy-constraints and composite events* (2004), §2 and §4.2; the JSON form is
+docs/reference/distribution.md's. The symbols:
 
 - a directed network G = (V, L, C): publishers P, subscribers S and brokers B; ``C(u, v)`` is the
   cost of sending a unit-rate event flow over link (u, v);
@@ -18,10 +18,10 @@ JSON form. The symbols:
 
 What lives here:
 
-- :class:`Instance`: parsing and checking SPEC §5's JSON (:class:`InstanceError` names the bad
-  item), the composition matrix's validity, and the exact feasibility test with reasons
+- :class:`Instance`: parsing and checking the instance document (:class:`InstanceError` names
+  the bad item), the composition matrix's validity, and the exact feasibility test with reasons
   (:meth:`Instance.infeasibility`, Proposition 2.3);
-- :class:`Plan` (SPEC §5's output) and :func:`infeasible_plan`, the answer of every planner to an
+- :class:`Plan` (the output document) and :func:`infeasible_plan`, the answer of every planner to an
   instance without a plan;
 - :func:`chen_events` and :func:`chen_instance`: random instances as in §4.2 (composition in
   three levels, popular and unpopular events, per-link-and-event policy constraints with

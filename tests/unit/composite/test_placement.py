@@ -371,11 +371,11 @@ def test_more_errors() -> None:
     assert isinstance(PlacementError("x"), ValueError)  # the CLI reports ValueErrors, exit 2
 
 
-# ---- docs/placement.md -------------------------------------------------------------------------
+# ---- docs/reference/placement.md ---------------------------------------------------------------
 
 
 def _doc_examples() -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
-    """(instance, method, printed output) for every command in docs/placement.md: the json block
+    """(instance, method, printed output) for every command in docs/reference/placement.md: the json block
     before a console block holding the command, and the json block after it."""
     text = (ROOT / "docs" / "reference" / "placement.md").read_text()
     blocks = re.findall(r"^```(\w+)\n(.*?)^```$", text, flags=re.M | re.S)
