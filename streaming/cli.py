@@ -15,6 +15,8 @@ from typing import Any
 
 from infra.connection import KafkaConnection
 
+__all__ = ["DEFAULT_HOME", "build_parser", "connection", "main"]
+
 DEFAULT_HOME = Path(".siftstream")
 
 
