@@ -134,10 +134,12 @@ class Moments:
 
     @property
     def scv(self) -> float:
-        """Squared coefficient of variation variance / mean^2 (c^2; 0 when the mean is 0)."""
+        """Squared coefficient of variation variance / mean^2 (c^2; 0 when mean^2 is 0, also
+        when it underflows)."""
         if self._n < 2:
             return math.nan
-        return 0.0 if self._mean == 0.0 else self.variance / (self._mean * self._mean)
+        square = self._mean * self._mean
+        return 0.0 if square == 0.0 else self.variance / square
 
     @property
     def third_moment(self) -> float:

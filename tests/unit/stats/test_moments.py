@@ -67,3 +67,10 @@ def test_moments_recover_exponential_scv_and_third_moment() -> None:
     zero = Moments()
     zero.add([0.0, 0.0])
     assert zero.scv == 0.0 and zero.variance == 0.0
+
+
+def test_scv_of_a_mean_whose_square_underflows_is_zero_not_an_error() -> None:
+    m = Moments()
+    m.add(np.array([7.6e-247, 7.6e-247]))
+    assert m.mean > 0.0 and m.mean * m.mean == 0.0
+    assert m.scv == 0.0
