@@ -22,7 +22,9 @@ Invariants:
 
 - merging adds counts, so it is exact, associative and commutative: any split of the data, merged
   in any order, gives the very same sketch;
-- quantiles are within relative error alpha;
+- a quantile is interpolated inside the bucket of the true one, so its relative error is below
+  gamma - 1 = 2 alpha / (1 - alpha) (about 2 alpha; DDSketch's alpha holds for the bucket's
+  midpoint, not for an interpolated value);
 - the size is the number of distinct buckets touched, at most about 230 per decade of delays at
   alpha = 0.5 %, serialised as two integer arrays.
 
@@ -71,7 +73,7 @@ class DelaySketch:
     Parameters
     ----------
     relative_accuracy : float
-        alpha in (0, 1): quantiles are within relative error alpha.
+        alpha in (0, 1): the bucket width; quantiles are within relative error 2 alpha / (1 - alpha).
     zero_below_ms : float
         Delays below this are 0.
 

@@ -127,3 +127,20 @@ def test_sketch_to_distribution_is_compact_and_keeps_the_tail(kind: str) -> None
     small = DelaySketch()
     small.add([5.0, 5.0, 7.0])
     assert small.to_distribution(200).values == pytest.approx((5.0, 7.0), rel=0.005)
+
+
+@PROPERTY
+@given(
+    values=st.lists(st.floats(0.01, 1e6, allow_nan=False), min_size=1, max_size=300),
+    q=st.floats(0.0, 1.0),
+    alpha=st.sampled_from([0.005, 0.02, 0.1]),
+)
+def test_a_quantile_is_within_the_documented_relative_error(values: list[float], q: float, alpha: float) -> None:
+    """The interpolated quantile lies in the bucket of the order statistic it stands for, so it
+    is within 2 alpha / (1 - alpha) of it, relatively."""
+    sketch = DelaySketch(relative_accuracy=alpha)
+    sketch.add(values)
+    rank = max(1, math.ceil(q * len(values)))
+    exact = sorted(values)[rank - 1]
+    estimate = float(sketch.quantile(q))
+    assert abs(estimate - exact) <= 2 * alpha / (1 - alpha) * exact * (1 + 1e-9)
