@@ -3,7 +3,7 @@
 Li & Jacobsen §4: where should the operators of a composite subscription be detected? The
 joint point (the topology-only baseline) detects an operator where its inputs' paths to the
 subscriber meet; Algorithm 2 (``adaptive``) moves it towards the heavier input; ``optimal`` is
-the minimum of SPEC §6's traffic cost. The target, reported at the end of a run: with
+the minimum of docs/reference/placement.md's traffic cost. The target, reported at the end of a run: with
 component rates imbalanced 1:10, adaptive sends >= 40% less inter-broker traffic than
 joint-point placement, and at 1:1 it is never worse than the baseline beyond noise.
 
@@ -30,7 +30,7 @@ true rates and, marked ``~est``, from rates counted over the first ``--estimate-
 
 Columns: ``tx/s`` link transmissions per second (events and detections); ``vs JP`` its ratio
 to joint-point and ``saved`` the saving, with a 95% bootstrap interval over composites;
-``model/s`` SPEC §6's traffic cost of the placements at the true rates (``Σ traffic_cost``:
+``model/s`` docs/reference/placement.md's traffic cost of the placements at the true rates (``Σ traffic_cost``:
 unit costs make it transmissions per second) and ``meas/model`` the measured cost-weighted
 traffic over it; ``delay`` mean and p95 of detection delay (arrival at the subscriber's broker
 minus the last component's publication; network only, no watermark wait); ``at JP`` the share
@@ -64,7 +64,8 @@ from routing.composite.replay import (
     replay,
 )
 from routing.composite.trees import Leaf, parse_composite, to_placement_tree
-from routing.planning.topology import DEFAULT_TS_COSTS, Topology, chen_transit_stub_100, transit_stub
+from routing.planning.named_topologies import chen_transit_stub_100
+from routing.planning.topology import DEFAULT_TS_COSTS, Topology, transit_stub
 
 SHAPES_2 = ({"op": "and", "children": ["L", "L"]},)
 SHAPES_3 = (
@@ -169,7 +170,7 @@ def instance(
 def model_input_traffic(
     net: Network, comp: Composite, rates: Mapping[str, float], placement: Mapping[str, str]
 ) -> float:
-    """The leaf-input part of SPEC §6's cost: Σ_leaf rate × D[source, P[its operator]]."""
+    """The leaf-input part of docs/reference/placement.md's cost: Σ_leaf rate × D[source, P[its operator]]."""
     idx = {b: i for i, b in enumerate(net.brokers)}
     total = 0.0
     for n in comp.tree.operators():

@@ -10,7 +10,7 @@ measured R_s's own 90% binomial band, holds the measured value; "(raw)" leaves t
 Subscribers with fewer than ``--min-events`` matching events are left out (their measured
 R_s is too noisy to judge a prediction).
 
-Scenarios (QUEUEING-NOTES §6.2-6.3): the paper's Table 3 tree (20 brokers, 8 publishers at
+Scenarios (docs/reference/reliability-model.md §8.3-8.4): the paper's Table 3 tree (20 brokers, 8 publishers at
 1 event/s, 100 subscribers, 4 topics, 21 attributes, lifetime 1 s, matching 1 ms per stored
 subscription) with publishers exponential, uniform or deterministic and matching exponential or
 uniform (the paper's six combinations); then a link-dominated variant (lognormal links with

@@ -176,7 +176,7 @@ class EventColumns:
     # - views -
 
     def records(self) -> list[dict[str, Any]]:
-        """The events in SPEC.md's JSON form (plain Python values)."""
+        """The events in docs/reference/topics.md §1.3 (plain Python values)."""
         n = len(self)
         ids, pubs = self.event_id.strings(n), self.publisher_id.strings(n)
         times = self.published_at.tolist()

@@ -121,5 +121,5 @@ class EventGenerator:
         return self.build(drawn, (start_ms + np.arange(n) * spacing_ms).astype(np.int64))
 
     def batch(self, n: int, start_ms: int, spacing_ms: float = 0.0) -> list[dict[str, Any]]:
-        """:meth:`columns` as records in SPEC.md's JSON form."""
+        """:meth:`columns` as records in docs/reference/topics.md §1.3."""
         return self.columns(n, start_ms, spacing_ms).records()

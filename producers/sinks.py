@@ -36,9 +36,9 @@ class Sink(Protocol):
 
 
 class JsonlSink:
-    """``events.jsonl`` and ``subscriptions.jsonl`` in a folder (SPEC.md's JSON forms, one per line).
+    """``events.jsonl`` and ``subscriptions.jsonl`` in a folder (docs/reference/topics.md §1.3, one per line).
 
-    With ``log`` set, one SPEC.md §3 matching log instead: subscribe operations first, then events.
+    With ``log`` set, one docs/reference/matching-log.md matching log instead: subscribe operations first, then events.
     """
 
     def __init__(self, folder: Path | None = None, log: Path | None = None) -> None:

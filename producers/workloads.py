@@ -1,9 +1,9 @@
-"""Workload presets modelled on the papers' setups: events and subscriptions in SPEC.md's JSON forms.
+"""Workload presets modelled on the papers' setups: events and subscriptions in docs/reference/topics.md §1.3.
 
 Every workload is deterministic for its ``seed`` and exposes the same small interface:
 ``subscriptions()`` (the subscribe records), ``columns(n)`` (the next ``n`` events as
 :class:`producers.columns.EventColumns`, with publication times following the workload's arrival
-process), ``batch(n)`` (the same as records in SPEC.md's JSON form), and ``describe()`` (its
+process), ``batch(n)`` (the same as records in docs/reference/topics.md §1.3), and ``describe()`` (its
 parameters and what it realized, e.g. the match rate). ``producers.sinks`` writes them to Kafka or
 files, encoded a batch at a time from the columns.
 

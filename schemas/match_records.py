@@ -8,7 +8,7 @@ the ids in rank order, as ``routing.matching.index.Matches.sorted_ranks`` gives 
   batch at once (``schemas.segments``): the header, the event's ``event_id``, ``publisher_id`` and
   ``published_at`` copied from the decoded batch, and ``subscription_ids`` from each subscription
   id's encoded Avro string, kept per index version (the ids in rank order are the same array for
-  every batch of one version), in rank order, which is plain string order (SPEC.md section 3);
+  every batch of one version), in rank order, which is plain string order (docs/reference/matching-log.md);
 - :func:`output_batches` returns the rows that Spark's Kafka sink writes as they are
   (:data:`OUTPUT_SCHEMA`: topic, key, value): each good row's ``Match`` keyed by its event id, each
   bad row's ``DeadLetter`` (``schemas.rules.dead_letter``, the validation job's bytes) keyed

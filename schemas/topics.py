@@ -1,7 +1,7 @@
 """The one declaration of every SiftStream topic: name, record schema, key, and Kafka settings.
 
 ``infra`` creates topics from it, producers and jobs look up a topic's schema in it, and a test
-checks that it names exactly the topics of DESIGN.md. Code names a topic by its constant
+checks that it names exactly docs/reference/topics.md. Code names a topic by its constant
 (``EVENTS_TOPIC``, ``MATCHES_TOPIC``, ...), never by a literal; a deployment's prefix
 (``topic_prefix`` of the jobs) goes in front of the name.
 

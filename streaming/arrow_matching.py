@@ -14,7 +14,7 @@ match -> encode:
 3. matches the batch with one ``index.match`` call;
 4. encodes the Kafka rows to write, ready for Spark's Kafka sink (topic, key, value;
    ``schemas.match_records``): for a good row its whole ``Match`` record, single-object Avro
-   (``subscription_ids`` sorted, per SPEC.md), keyed by event id; for a bad row its
+   (``subscription_ids`` sorted, per docs/reference/topics.md), keyed by event id; for a bad row its
    ``DeadLetter`` (the validation job's bytes), keyed ``topic/partition/offset``.
 
 The composites job reads events decoded by the JVM, as typed map columns: :func:`event_batch`

@@ -190,7 +190,8 @@ def _produce_preset(args: argparse.Namespace) -> int:
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
-    from routing.planning.topology import generate, to_micpice_nodes_links
+    from routing.planning.named_topologies import generate
+    from routing.planning.topology import to_micpice_nodes_links
 
     topo = generate(args.kind, **_pairs(args.param))  # generate converts text to each parameter's type
     if args.format == "json":
@@ -252,7 +253,7 @@ def cmd_qos(args: argparse.Namespace) -> int:
 def _plan_instance_doc(args: argparse.Namespace, command: str) -> Any:
     """The JSON document named by ``--instance`` of ``plan COMMAND``."""
     if not args.instance:
-        raise ValueError(f"plan {command} needs --instance FILE (SPEC.md section 5, or 6 for placement)")
+        raise ValueError(f"plan {command} needs --instance FILE (docs/reference/distribution.md, or 6 for placement)")
     return json.loads(Path(args.instance).read_text())
 
 
@@ -309,7 +310,7 @@ def cmd_plan_check(args: argparse.Namespace) -> int:
 
     inst = Instance.from_json(_plan_instance_doc(args, "check"))
     if not args.plan:
-        raise ValueError("plan check needs --plan FILE (a SPEC.md section 5 plan)")
+        raise ValueError("plan check needs --plan FILE (a docs/reference/distribution.md plan)")
     verdict = check_plan(inst, Plan.from_json(json.loads(Path(args.plan).read_text())))
     print(json.dumps({"ok": verdict.ok, "cost": verdict.cost, "problems": list(verdict.problems)}, indent=2))
     return 0 if verdict.ok else 1
@@ -552,7 +553,8 @@ def cmd_deadletter(args: argparse.Namespace) -> int:
 
 
 def cmd_match(args: argparse.Namespace) -> int:
-    """SPEC.md section 3: apply a matching log, one output line per event; exit 2 if any line was invalid."""
+    """Apply a matching log (docs/reference/matching-log.md), one output line per event; exit 2 if
+    any line was invalid."""
     import contextlib
     import io
 
@@ -750,7 +752,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a preset parameter, e.g. --param decay=0.88 (repeatable)",
     )
     p.add_argument("--out", help="write JSON Lines files into this folder instead of Kafka")
-    p.add_argument("--log", help="write one SPEC.md section 3 matching log (subscribes, then events) instead")
+    p.add_argument(
+        "--log", help="write one matching log (subscribes, then events; docs/reference/matching-log.md) instead"
+    )
     p.add_argument("--file", help="replay: the .jsonl, .csv or .avro file")
     p.add_argument(
         "--speed", type=float, default=0.0, help="replay: 1 = original timing, 2 = twice as fast, 0 = flat out"
@@ -775,15 +779,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=["json", "micpice", "records"],
         default="json",
-        help="json: nodes and links; micpice: the nodes/links of SPEC.md section 5; records: topology topic",
+        help="json: nodes and links; micpice: the nodes/links of a docs/reference/distribution.md instance; "
+        "records: topology topic",
     )
     p.add_argument("--out", help="write to this file instead of stdout")
     p.add_argument("--to-kafka", action="store_true", help="also publish the elements to the topology topic")
     p.set_defaults(func=cmd_topology)
 
-    p = sub.add_parser("qos", help="reliability: predict (SPEC.md section 4) or simulate the same network")
+    p = sub.add_parser("qos", help="reliability: predict (docs/reference/qos-predict.md) or simulate the same network")
     p.add_argument("action", choices=["predict", "simulate"])
-    p.add_argument("--system", required=True, help="the SPEC.md section 4 network (JSON)")
+    p.add_argument("--system", required=True, help="the docs/reference/qos-predict.md network (JSON)")
     p.add_argument("--seconds", type=float, default=600.0, help="simulate: simulated time (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="simulate: the random seed (default: %(default)s)")
     p.add_argument(
@@ -804,7 +809,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="play a broker overlay: events, link/broker telemetry, receipts")
     _common(p)
-    p.add_argument("--system", help="a SPEC.md section 4 network (default: the reliability paper's 20-broker tree)")
+    p.add_argument(
+        "--system",
+        help="a system document, docs/reference/qos-predict.md (default: the reliability paper's 20-broker tree)",
+    )
     p.add_argument("--seconds", type=float, default=60.0, help="simulated time (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write JSON Lines files and ground_truth.json here instead of Kafka")
@@ -892,7 +900,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_deadletter)
 
-    p = sub.add_parser("match", help="apply a SPEC.md section 3 matching log: the subscriptions each event matches")
+    p = sub.add_parser(
+        "match", help="apply a matching log (docs/reference/matching-log.md): the subscriptions each event matches"
+    )
     p.add_argument("--log", help="the matching log, JSON Lines (default: stdin)")
     p.add_argument("--out", help="write one JSON line per event here (default: stdout)")
     p.set_defaults(func=cmd_match)

@@ -1,4 +1,4 @@
-"""The matching log, offline (SPEC.md section 3): ``siftstream match``.
+"""The matching log, offline (docs/reference/matching-log.md): ``siftstream match``.
 
 A matching log is JSON Lines, one operation per line, applied in order::
 
@@ -11,17 +11,17 @@ that point that the event matches, sorted by plain string order::
 
     {"event_id": "e1", "subscription_ids": ["s1"]}
 
-(spaced as in SPEC.md and as Python's ``json.dumps`` writes it; non-ASCII text is written as
+(spaced as in docs/reference/matching-log.md and as Python's ``json.dumps`` writes it; non-ASCII text is written as
 UTF-8, not escaped).
 
 Problems go to ``err``, one report per line, each starting with ``line N:``; the returned
 ``MatchLogSummary`` counts what happened and gives the command's exit code.
 
-Decisions where SPEC.md section 3 leaves room
+Decisions where docs/reference/matching-log.md leaves room
 ---------------------------------------------
 - **Unknown unsubscribe.** ``unsubscribe`` of an id that is not active is reported
   (``line N: ignored: ...``) and ignored, and it is a *valid* line: it is well formed and its
-  meaning is defined by the SPEC, so it does not make the exit code 2. Only invalid lines do.
+  meaning is defined by docs/reference/matching-log.md, so it does not make the exit code 2. Only invalid lines do.
 - **Blank lines** (empty or only whitespace) are skipped silently. They are neither operations
   nor invalid (a trailing blank line is common in hand-written logs).
 - **Invalid lines** are reported (``line N: invalid: ...``) and skipped, so they change
@@ -33,11 +33,11 @@ Decisions where SPEC.md section 3 leaves room
   for subscribe; ``event_id`` for event; empty ids are invalid as in ``schemas/rules.py``), when
   ``attributes`` is not a JSON object, when the filter does not parse (the parser's message,
   with the position and what was expected), or when a subscribe carries a composite tree
-  (SPEC.md section 2) instead of an atomic filter: ``siftstream match`` matches atomic
+  (docs/reference/composites.md) instead of an atomic filter: ``siftstream match`` matches atomic
   subscriptions only.
-- **Extra fields** (``broker``, ``publisher_id``, ...) are allowed and ignored: SPEC.md's JSON
+- **Extra fields** (``broker``, ``publisher_id``, ...) are allowed and ignored: docs/reference/topics.md's JSON
   forms may gain fields.
-- **Attribute values** are taken as they are: numbers, strings and booleans match per SPEC.md
+- **Attribute values** are taken as they are: numbers, strings and booleans match per docs/reference/filters.md
   section 1; ``null``, arrays and objects are values of no kind, which satisfy only ``exists``.
   Integers beyond 64 bits (which the wire format cannot carry) are read as the nearest double,
   as orjson reads them.
@@ -146,7 +146,7 @@ class MatchLogSummary:
 
     @property
     def exit_code(self) -> int:
-        """0 when every line was valid, 2 otherwise (SPEC.md section 3)."""
+        """0 when every line was valid, 2 otherwise (docs/reference/matching-log.md)."""
         return 2 if self.invalid_lines else 0
 
     def describe(self) -> str:
@@ -194,18 +194,18 @@ def _subscription(op: Mapping[str, Any], parse: Callable[[str], Filter]) -> tupl
         if filt is not None:
             raise _Invalid("exactly one of filter and composite may be set for subscribe")
         raise _Invalid(
-            f"subscription {sid!r} is composite (SPEC.md section 2); siftstream match takes atomic filters "
-            "only: give the filter text (SPEC.md section 1) in 'filter'"
+            f"subscription {sid!r} is composite (docs/reference/composites.md); siftstream match takes atomic filters "
+            "only: give the filter text (docs/reference/filters.md) in 'filter'"
         )
     if filt is None:
-        raise _Invalid("subscribe needs 'filter' (the text of an atomic filter, SPEC.md section 1)")
+        raise _Invalid("subscribe needs 'filter' (the text of an atomic filter, docs/reference/filters.md)")
     if isinstance(filt, dict | list):
         raise _Invalid(
             f"filter of subscription {sid!r} is a JSON {'object' if isinstance(filt, dict) else 'array'} "
-            "(a composite tree?); siftstream match takes the text of an atomic filter (SPEC.md section 1)"
+            "(a composite tree?); siftstream match takes the text of an atomic filter (docs/reference/filters.md)"
         )
     if not isinstance(filt, str):
-        raise _Invalid(f"filter must be the text of an atomic filter (SPEC.md section 1), got {_shown(filt)}")
+        raise _Invalid(f"filter must be the text of an atomic filter (docs/reference/filters.md), got {_shown(filt)}")
     try:
         return sid, parse(filt)
     except FilterError as exc:
@@ -272,7 +272,7 @@ def run_match_log(
     batch_size: int = DEFAULT_BATCH_SIZE,
     clock: Callable[[], float] = time.perf_counter,
 ) -> MatchLogSummary:
-    """Apply a matching log in order and write one output line per event (SPEC.md section 3).
+    """Apply a matching log in order and write one output line per event (docs/reference/matching-log.md).
 
     Parameters
     ----------

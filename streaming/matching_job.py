@@ -33,7 +33,7 @@ before ``B`` runs. ``foreachBatch`` then:
    docs/decisions/decode-in-python-workers.md and docs/decisions/match-records-encoded-in-workers.md.
    Rejected subscriptions are added to the same write. One Kafka write per micro-batch; every
    valid event gets a ``Match`` record, with an empty ``subscription_ids`` when nothing matched
-   (as SPEC.md section 3).
+   (as docs/reference/matching-log.md).
 
 Guarantees
 ----------

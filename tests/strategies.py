@@ -685,8 +685,8 @@ def micpice_tiny_instances(draw: st.DrawFn, max_pairs: int = 12) -> _MicpiceInst
     )
 
 
-# --- Composite detection placement (routing.composite.placement, SPEC §6) ------------------------------
-# SPEC §6 documents (plain dicts, as the command reads them): 2-``max_brokers`` brokers on a
+# --- Composite detection placement (routing.composite.placement, docs/reference/placement.md) ---------------
+# docs/reference/placement.md documents (plain dicts, as the command reads them): 2-``max_brokers`` brokers on a
 # chain with a link each way (costs drawn per direction, so distances are asymmetric), extra
 # one-way links, sometimes a dead-end broker that no source can use (it cannot reach the
 # subscriber: placements there cost infinity); a tree of 2-``max_leaves`` leaf occurrences
@@ -699,7 +699,7 @@ PLACEMENT_RATES = (0.0, 0.5, 1.0, 3.5, 10.0, 120.0)
 
 @st.composite
 def placement_docs(draw: st.DrawFn, max_brokers: int = 4, max_leaves: int = 4) -> dict[str, Any]:
-    """A valid SPEC §6 placement instance document."""
+    """A valid docs/reference/placement.md placement instance document."""
     n = draw(st.integers(2, max_brokers))
     brokers = [f"b{i}" for i in range(n)]
     order = draw(st.permutations(brokers))
@@ -759,7 +759,7 @@ COMPOSITE_WINDOWS = (1, 2, 3, 5, 8)  # small windows against small event times: 
 def composite_docs(
     draw: st.DrawFn, max_depth: int = 3, max_children: int = 3, windows: tuple[int, ...] = COMPOSITE_WINDOWS
 ) -> dict[str, Any]:
-    """A valid composite tree document (SPEC.md section 2) of at most ``max_depth`` operator
+    """A valid composite tree document (docs/reference/composites.md) of at most ``max_depth`` operator
     levels; ``or`` nodes get a ``within_ms`` a third of the time, ``and``/``seq`` always."""
 
     def node(depth: int) -> dict[str, Any]:

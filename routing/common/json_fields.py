@@ -1,6 +1,7 @@
 """Reading the offline commands' JSON documents with errors that name the item.
 
-SPEC §5 (``routing.planning.model``) and SPEC §6 (``routing.composite.placement``) instances are checked the same
+The instances of docs/reference/distribution.md (``routing.planning.model``) and
+docs/reference/placement.md (``routing.composite.placement``) are checked the same
 way: lists of objects, non-empty strings, finite numbers with a lower bound. Each function takes
 the module's own error class, so a user sees ``InstanceError`` or ``PlacementError`` with a
 message that says where, what was wrong and what would be valid.

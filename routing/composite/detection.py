@@ -1,4 +1,4 @@
-"""Composite event detection (SPEC.md section 2) with event-time semantics and watermarks.
+"""Composite event detection (docs/reference/composites.md) with event-time semantics and watermarks.
 
 The detection job registers every leaf of every composite subscription as an atomic filter in
 the matching index under the synthetic id ``routing.composite.trees.filter_id(subscription_id,
@@ -68,7 +68,7 @@ and its buffered matches (counted as ``dropped_removed``); ``add`` with a differ
 subscriber replaces the subscription and starts it empty; ``add`` with an equal one changes
 nothing.
 
-``detect_reference`` is the oracle (CONVENTIONS.md 6): the same policy computed directly over the
+``detect_reference`` is the oracle (docs/conventions.md §6): the same policy computed directly over the
 whole event-ordered sequence, keeping every instance with consumed/evicted flags and choosing by
 linear scans, with no watermark, no expiry and no deletion.
 

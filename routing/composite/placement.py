@@ -1,13 +1,13 @@
-"""Where to detect a composite subscription on a broker overlay (SPEC §6).
+"""Where to detect a composite subscription on a broker overlay (docs/reference/placement.md).
 
 Li and Jacobsen, *Adaptive content-based routing in general overlay topologies* (Middleware
 2008), §4 "Adaptive Composite Subscription Routing". A composite subscription is a tree whose
 leaves are atomic subscriptions and whose operator nodes (``and``, ``or``, ``seq``) are detected
 at some broker; publications matching a leaf enter the overlay at its source brokers. The
-symbols, as in the paper and SPEC §6:
+symbols, as in the paper and docs/reference/placement.md:
 
 - ``D[u, v]``: shortest-path cost from broker u to broker v over the directed links (the paper's
-  hops; SPEC §6 allows any positive link ``cost``);
+  hops; docs/reference/placement.md allows any positive link ``cost``);
 - ``r_s``: the rate (events/s) at which a leaf's matching publications enter at source s, the
   data set size of Definition 1, already estimated;
 - ``rate(n)``: the output rate of a node, Definition 2: a leaf's is the sum of its source rates,
@@ -16,7 +16,7 @@ symbols, as in the paper and SPEC §6:
   estimated like ``and``);
 - ``P[n]``: the broker where operator n is detected (a placement).
 
-The traffic cost of a placement (SPEC §6, the traffic-based model of §4.2 summed over the tree):
+The traffic cost of a placement (docs/reference/placement.md, the traffic-based model of §4.2 summed over the tree):
 
     cost(P) = Σ_n [ Σ_{leaf ℓ under n} Σ_{s ∈ sources(ℓ)} r_s D[s, P[n]]
                     + Σ_{operator child c of n} rate(c) D[P[c], P[n]] ]
@@ -26,7 +26,7 @@ A term whose route does not exist (``D = inf``) is infinite whatever its rate.
 
 Three placements (:func:`place`):
 
-- ``joint-point`` (the topology-only baseline, [4] in the paper, SPEC §6): every operator at the
+- ``joint-point`` (the topology-only baseline, [4] in the paper, docs/reference/placement.md): every operator at the
   lowest common ancestor of its leaves' source brokers in the shortest-path tree of the
   subscriber's broker (see :meth:`PlacementInstance.spt_parent` for the direction and ties);
 - ``optimal``: the exact minimum of ``cost``. The cost is a sum of one term per node (its leaf
@@ -45,7 +45,7 @@ Three placements (:func:`place`):
 :func:`delay_cost` is the QoS-based model of §4.2 for links that carry ``bandwidth`` and
 ``delay_ms``. :func:`plan_placement` is the whole offline command (``siftstream plan placement``).
 
-An operator with more than two children (SPEC §2 allows it; Algorithm 2 assumes binary trees)
+An operator with more than two children (docs/reference/composites.md allows it; Algorithm 2 assumes binary trees)
 is read as the left fold ``((c1 op c2) op c3) ...`` of binary operators that all carry its id
 and so sit at one broker: Definition 2's sum and minimum are associative, so the fold's rate is
 the n-ary node's, and the cost has no term between folded nodes (their distance is 0).
@@ -107,7 +107,7 @@ FloatVector = np.ndarray[Any, np.dtype[np.float64]]
 
 
 class PlacementError(ValueError):
-    """A placement document or placement that is not valid (SPEC §6); the message names the item
+    """A placement document or placement that is not valid (docs/reference/placement.md); the message names the item
     and says what would be valid."""
 
 
@@ -157,7 +157,7 @@ class Link:
 
 @dataclass(frozen=True)
 class PlacementInstance:
-    """SPEC §6's input: an overlay, each leaf's sources, one composite subscription.
+    """docs/reference/placement.md's input: an overlay, each leaf's sources, one composite subscription.
 
     Build it with :meth:`from_json`, which checks every reference and value and raises
     :class:`PlacementError` naming the offending item.
@@ -190,7 +190,7 @@ class PlacementInstance:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> PlacementInstance:
-        """Parse and check SPEC §6's input document.
+        """Parse and check docs/reference/placement.md's input document.
 
         Raises
         ------
@@ -431,7 +431,7 @@ class PlacementInstance:
 
     @cached_property
     def rates(self) -> dict[str, float]:
-        """Output rate of every node (Definition 2, SPEC §6): operator id or leaf name to events/s.
+        """Output rate of every node (Definition 2, docs/reference/placement.md): operator id or leaf name to events/s.
         A leaf's is the sum of its source rates, ``or`` sums its children's, ``and`` and ``seq``
         take their minimum."""
         out: dict[str, float] = {leaf: math.fsum(r for _, r in pairs) for leaf, pairs in self.sources.items()}
@@ -453,7 +453,7 @@ class PlacementInstance:
         return list(seen)
 
     def to_json(self) -> dict[str, Any]:
-        """SPEC §6's input document (``PlacementInstance.from_json(i.to_json()) == i``)."""
+        """docs/reference/placement.md's input document (``PlacementInstance.from_json(i.to_json()) == i``)."""
         links: list[dict[str, Any]] = []
         for (u, v), link in self.links.items():
             item: dict[str, Any] = {"from": u, "to": v, "cost": link.cost}
@@ -487,7 +487,7 @@ def _flow_vec(rate: float, dist: FloatVector) -> FloatVector:
 
 
 def _flows(instance: PlacementInstance, placement: Mapping[str, str]) -> Iterator[tuple[str, str, float]]:
-    """The (from broker, to broker, rate) flows of a placement: the terms of SPEC §6's cost."""
+    """The (from broker, to broker, rate) flows of a placement: the terms of docs/reference/placement.md's cost."""
     for n in instance.operators:
         at = placement[n.id]
         for c in n.children:
@@ -513,7 +513,7 @@ def _check_placement(instance: PlacementInstance, placement: Mapping[str, str]) 
 
 
 def traffic_cost(instance: PlacementInstance, placement: Mapping[str, str]) -> float:
-    """Traffic cost of a placement (SPEC §6; Li & Jacobsen §4.2, traffic-based model).
+    """Traffic cost of a placement (docs/reference/placement.md; Li & Jacobsen §4.2, traffic-based model).
 
     Parameters
     ----------
@@ -547,7 +547,7 @@ def delay_cost(instance: PlacementInstance, placement: Mapping[str, str]) -> flo
     """QoS-based cost of a placement (Li & Jacobsen §4.2, QoS-based model).
 
     The paper scores moving detection over link (i, j) as ``traffic / bd_ij + d_ij``. Summed over
-    a whole placement: every flow of SPEC §6's cost (rate r from broker u to broker v) follows
+    a whole placement: every flow of docs/reference/placement.md's cost (rate r from broker u to broker v) follows
     the routing path u -> v (:meth:`PlacementInstance.path`, the shortest path by ``cost``) and
     on each of its links e adds ``r / bandwidth_e + delay_ms_e``. As in the paper the two terms
     are added as numbers (``bandwidth`` in events/s, so ``r / bandwidth`` is the flow's share of
@@ -557,7 +557,7 @@ def delay_cost(instance: PlacementInstance, placement: Mapping[str, str]) -> flo
     ----------
     instance : PlacementInstance
         Every link a flow crosses needs ``bandwidth`` and ``delay_ms`` (optional link fields,
-        not part of SPEC §6's required input).
+        not part of docs/reference/placement.md's required input).
     placement : mapping of str to str
         Operator id to broker.
 
@@ -596,7 +596,7 @@ def delay_cost(instance: PlacementInstance, placement: Mapping[str, str]) -> flo
 
 
 def place_joint_point(instance: PlacementInstance) -> dict[str, str]:
-    """The topology-only baseline (Li & Jacobsen §4, the *joint point* of [4]; SPEC §6).
+    """The topology-only baseline (Li & Jacobsen §4, the *joint point* of [4]; docs/reference/placement.md).
 
     Every operator goes to the lowest common ancestor, in :attr:`PlacementInstance.spt_parent`'s
     tree, of the source brokers of all leaves below it: the first broker, coming from the
@@ -727,7 +727,7 @@ def place_adaptive(instance: PlacementInstance) -> tuple[dict[str, str], dict[st
     - an operator whose children's destinations are all equal inherits that destination;
     - otherwise an ``or`` gets x (split here), and an ``and``/``seq`` gets the candidate of
       least overhead among x and its children's destinations (n-ary: all of them). The overhead
-      is the traffic-based model of §4.2 generalised to SPEC §6's cost restricted to this node:
+      is the traffic-based model of §4.2 generalised to docs/reference/placement.md's cost restricted to this node:
       ``local(c) = Σ_{leaf children} Σ_s r_s D[s, c] + Σ_{operator children k} rate(k) D[dest(k), c]
       + rate(n) D[c, t]``, where t is the broker that receives n's output: x for a node inside
       the unit, the parent's broker (the subscriber's for the root) for the unit's own root.
@@ -827,7 +827,7 @@ def _destination_tree(
 
 
 def _local_cost(instance: PlacementInstance, n: Operator, kids: Sequence[str], c: str, t: str) -> float:
-    """SPEC §6's cost restricted to operator n placed at c: its inputs and its output to t."""
+    """docs/reference/placement.md's cost restricted to operator n placed at c: its inputs and its output to t."""
     terms: list[float] = []
     for child, k in zip(n.children, kids, strict=True):
         if isinstance(child, Leaf):
@@ -845,7 +845,7 @@ def _local_cost(instance: PlacementInstance, n: Operator, kids: Sequence[str], c
 
 @dataclass(frozen=True)
 class PlacementResult:
-    """One run of :func:`place`: SPEC §6's output document via :meth:`to_json`.
+    """One run of :func:`place`: docs/reference/placement.md's output document via :meth:`to_json`.
 
     Attributes
     ----------
@@ -871,7 +871,7 @@ class PlacementResult:
     reasons: Mapping[str, str]
 
     def to_json(self) -> dict[str, Any]:
-        """SPEC §6's output: method, placement, cost, baseline {placement, cost}, reasons."""
+        """docs/reference/placement.md's output: method, placement, cost, baseline {placement, cost}, reasons."""
         return {
             "method": self.method,
             "placement": dict(self.placement),
@@ -882,7 +882,7 @@ class PlacementResult:
 
 
 def place(instance: PlacementInstance, method: str = "optimal") -> PlacementResult:
-    """Place every operator of the subscription by ``method`` (SPEC §6).
+    """Place every operator of the subscription by ``method`` (docs/reference/placement.md).
 
     Parameters
     ----------
@@ -921,7 +921,7 @@ def place(instance: PlacementInstance, method: str = "optimal") -> PlacementResu
 
 
 def plan_placement(doc: Mapping[str, Any], method: str = "optimal") -> dict[str, Any]:
-    """``siftstream plan placement``: SPEC §6's input document in, its output document out.
+    """``siftstream plan placement``: docs/reference/placement.md's input document in, its output document out.
 
     Raises
     ------

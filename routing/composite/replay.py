@@ -1,7 +1,7 @@
 """Trace-driven replay of composite detection on a broker overlay (Li & Jacobsen §4).
 
 ``routing.composite.placement`` decides where each operator of a composite subscription is detected from
-a *model* (SPEC §6's traffic cost over estimated rates). This module measures a placement
+a *model* (docs/reference/placement.md's traffic cost over estimated rates). This module measures a placement
 instead: it replays the component events of many composite subscriptions over the overlay and
 counts what actually crosses links, and how long detections take to reach the subscriber.
 
@@ -21,11 +21,11 @@ The model of the replay (one source broker per leaf, as in the benchmark):
 - the *detection delay* of a root detection is the time it reaches the subscriber's broker minus
   the publication time of its last component.
 
-Symbols: ``D[u, v]`` the shortest-path cost (SPEC §6's distance), ``H[u, v]`` the number of links
+Symbols: ``D[u, v]`` the shortest-path cost (docs/reference/placement.md's distance), ``H[u, v]`` the number of links
 and ``Δ[u, v]`` the summed link delay (ms) of the routing path u -> v (the shortest-path tree
 of scipy's Dijkstra; with unit costs every shortest path has ``H = D``). The traffic of a replay
 weighted by link cost is ``Σ_messages D[from, to]``: with the observed rates in place of the
-estimated ones it is SPEC §6's ``traffic_cost`` exactly (see :func:`replay`).
+estimated ones it is docs/reference/placement.md's ``traffic_cost`` exactly (see :func:`replay`).
 
 Every operator n of a composite ``s`` is registered in the detector as its own subscription
 ``"s/n"`` whose tree is n's subtree: an operator's detections do not depend on what its parent
@@ -179,7 +179,7 @@ class Composite:
 
 
 def subtree_doc(node: Operator) -> dict[str, object]:
-    """The composite document (SPEC §2) of the subtree rooted at ``node``.
+    """The composite document (docs/reference/composites.md) of the subtree rooted at ``node``.
 
     >>> tree = parse_composite({"op": "and", "within_ms": 9,
     ...                         "children": ["a = 1", {"op": "or", "children": ["b = 1", "c = 1"]}]})
@@ -430,7 +430,7 @@ def replay(
 
     Messages: each event of a leaf goes from its source to its operator's broker; each
     detection of a non-root operator goes to its parent's broker; each root detection goes to
-    the subscriber's broker. ``weighted`` is SPEC §6's traffic cost of the placement with every
+    the subscriber's broker. ``weighted`` is docs/reference/placement.md's traffic cost of the placement with every
     rate (leaf events and, unlike Definition 2, operator detections) replaced by its observed
     count.
     """

@@ -1,6 +1,6 @@
-"""Composite subscriptions (SPEC.md section 2): parse and validate the tree, keep a live table.
+"""Composite subscriptions (docs/reference/composites.md): parse and validate the tree, keep a live table.
 
-A composite subscription is a tree whose leaves are atomic filters (SPEC.md section 1)::
+A composite subscription is a tree whose leaves are atomic filters (docs/reference/filters.md)::
 
     {"op": "and", "within_ms": 60000,
      "children": ["kind = 'flight' and price < 400",
@@ -35,7 +35,7 @@ The tree
 Ids and paths
 -------------
 Every node has a stable id in document order (depth first, children left to right): operators
-``n1`` (the root), ``n2``, ... and leaves ``L1``, ``L2``, ... -- the ids of SPEC.md section 6
+``n1`` (the root), ``n2``, ... and leaves ``L1``, ``L2``, ... -- the ids of docs/reference/placement.md
 (placement). Every node also has a ``path``, the 0-based child indices from the root joined by
 ``.`` (``"0"``, ``"2.1"``; the root's is ``""``): the ``leaf`` of a component in
 ``schemas/composite_detection.avsc``. Errors name a node by its JSON path (``root``,
@@ -342,7 +342,7 @@ class _Parser:
 
 
 def parse_composite(doc: str | Mapping[str, object]) -> CompositeTree:
-    """Parse and validate a composite subscription tree (SPEC.md section 2).
+    """Parse and validate a composite subscription tree (docs/reference/composites.md).
 
     Parameters
     ----------
@@ -418,7 +418,7 @@ def leaves(tree: CompositeTree) -> dict[str, str]:
 
 
 def output_rates(tree: CompositeTree, leaf_rates: Mapping[str, float]) -> dict[str, float]:
-    """The output rate of every node (Li & Jacobsen, Definition 2; SPEC.md section 6).
+    """The output rate of every node (Li & Jacobsen, Definition 2; docs/reference/placement.md).
 
     A leaf's output rate is its own (events/s matching it); an ``or`` node's is the sum of its
     children's; an ``and`` or ``seq`` node's is the minimum of its children's (a detection needs
@@ -497,7 +497,7 @@ def to_json(tree: CompositeTree) -> str:
 
 
 def to_placement_tree(tree: CompositeTree) -> dict[str, object]:
-    """The tree in the form of SPEC.md section 6 (``siftstream plan placement``).
+    """The tree in the form of docs/reference/placement.md (``siftstream plan placement``).
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""The filter language of atomic subscriptions (SPEC.md section 1): parse, match, cover, overlap.
+"""The filter language of atomic subscriptions (docs/reference/filters.md): parse, match, cover, overlap.
 
 An atomic subscription is a conjunction of predicates over event attributes::
 
@@ -9,7 +9,7 @@ evaluates it on one event's attributes; ``str(filter)`` is a canonical text that
 an equal filter. ``covers``, ``overlaps`` and their witness-returning forms decide, exactly,
 whether every event matching one filter matches another and whether two filters share an event.
 
-Semantics (SPEC.md section 1)
+Semantics (docs/reference/filters.md)
 -----------------------------
 - A predicate on an attribute the event does not carry is false, ``!=`` and ``not in`` included;
   "don't care" is no predicate on that attribute.
@@ -722,7 +722,7 @@ def _kind(value: Value) -> Kind:
 
 
 def parse_filter(text: str) -> Filter:
-    """Parse the text of an atomic subscription (SPEC.md section 1).
+    """Parse the text of an atomic subscription (docs/reference/filters.md).
 
     Parameters
     ----------

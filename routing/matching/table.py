@@ -23,7 +23,7 @@ What a record does (``plan_change``)
 - a record that does not decode, breaks a rule of ``schemas.rules``, or whose filter does not
   parse is rejected with the reason (the parser's message for filters: position, what was found,
   what was expected) and changes nothing: an existing subscription of that id stays as it was.
-  This is the decision of the offline twin (``siftstream match``, SPEC.md section 3): a bad update
+  This is the decision of the offline twin (``siftstream match``, docs/reference/matching-log.md): a bad update
   never silently unsubscribes anyone.
 
 Examples

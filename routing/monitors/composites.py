@@ -14,7 +14,7 @@
   delays (with ``link_cost="delay"`` they are the distances).
 
 Placement, every ``check_period_ms`` of event time, per composite subscription whose leaves all
-have observed sources: the SPEC §6 instance of the window is solved (``method``, default
+have observed sources: the docs/reference/placement.md instance of the window is solved (``method``, default
 ``optimal``; the joint-point baseline and the reasons come with it). The first placement is
 written at once; afterwards the detection moves only when the new placement is cheaper than the
 current one, at the new rates, by at least ``min_saving`` (relative) for ``sustain`` checks in a
@@ -22,7 +22,7 @@ row (no flapping), or at once when the current one became impossible (a broker o
 the tree or the subscriber's broker changed). Each decision is one ``Placement`` record.
 
 Policy constraints: when links' ``forbidden_events`` name a composite (``sid``, ``sid/<operator>``
-or ``sid#<leaf>``), SPEC §6's model cannot say where its detection may happen. Then the detection
+or ``sid#<leaf>``), docs/reference/placement.md's model cannot say where its detection may happen. Then the detection
 and the delivery of its composite events are planned as a MICPICE instance (Chen et al. 2004;
 :func:`policy_instance`): operators are composite events, each leaf's matches per source broker
 are primitive events, and the plan's generation nodes are the placement (method
@@ -322,7 +322,8 @@ class CompositeMonitor:
     # -- placement -----------------------------------------------------------------------------
 
     def instance(self, sid: str, end_ms: float) -> dict[str, Any] | str:
-        """The SPEC §6 instance of ``sid`` for the window ending at ``end_ms``, or why there is none."""
+        """The placement instance (docs/reference/placement.md) of ``sid`` for the window ending at
+        ``end_ms``, or why there is none."""
         sub = self.table.get(sid)
         home = self.homes.get(sid)
         if sub is None:
@@ -412,7 +413,7 @@ class CompositeMonitor:
                 cost=float(planned.cost or 0.0),
                 reasons={
                     n: f"policy constraints on {len(policy)} links; MICPICE ({planned.method}) generates it at {b}, "
-                    f"delivery cost {planned.cost:.4g}/s (the SPEC 6 optimum ignoring them: {best.cost:.4g}/s)"
+                    f"delivery cost {planned.cost:.4g}/s (the traffic-cost optimum ignoring them: {best.cost:.4g}/s)"
                     for n, b in where.items()
                 },
             )
@@ -530,14 +531,14 @@ class CompositeMonitor:
 
 
 def policy_instance(inst: PlacementInstance, sid: str, policy: Mapping[tuple[str, str], set[str]]) -> Instance:
-    """The composite's detection and delivery as a MICPICE instance (SPEC §5).
+    """The composite's detection and delivery as a MICPICE instance (docs/reference/distribution.md).
 
     Brokers and links as they are; each leaf's matches entering at broker b are a primitive
     event ``<leaf>@<b>`` published by a pseudo node ``src:<leaf>@<b>`` linked to b at cost 0;
     every operator n is a composite event ``<sid>/<n>`` whose components are its children's
     events (all of a leaf's sources), at its Definition 2 rate, generated at whatever node
     holds them all; the subscriber ``sub:<sid>``, linked from its broker at cost 0, wants the
-    root. SPEC §6's cost sends every child's flow to its operator's broker whatever the
+    root. docs/reference/placement.md's cost sends every child's flow to its operator's broker whatever the
     operator, which is MICPICE's "all components" rule. Policy: a link naming ``sid`` forbids
     every operator's output on it, ``sid/<n>`` operator n's, ``sid#<leaf>`` that leaf's events.
     """

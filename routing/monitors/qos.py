@@ -12,7 +12,7 @@ It joins three things:
 - each publisher's content mix, counted from its events (attribute sets and lifetimes, with
   exponential forgetting, the ``max_content`` most frequent kept).
 
-Every update period :meth:`QosMonitor.report` writes those into a SPEC §4 system, predicts R'_s
+Every update period :meth:`QosMonitor.report` writes those into a docs/reference/qos-predict.md system, predicts R'_s
 with :func:`routing.reliability.prediction.predict`, and returns one ``QosReport`` record (``schemas/qos_report.avsc``)
 per subscriber and per broker:
 
@@ -370,7 +370,7 @@ class QosMonitor:
     # -- reports ---------------------------------------------------------------------------
 
     def system(self) -> dict[str, Any]:
-        """The SPEC §4 skeleton (placeholder distributions) of what is known now: brokers, links,
+        """The docs/reference/qos-predict.md skeleton (placeholder distributions) of what is known now: brokers, links,
         publishers with observed content, one subscriber entry per subscription (id ``sub:<id>``,
         its link copied from its subscriber's)."""
         brokers = sorted(self.brokers)
@@ -444,7 +444,7 @@ class QosMonitor:
     def _bootstrap(
         self, system: dict[str, Any], prediction: Prediction, end: int, compiled: CompiledSystem | None = None
     ) -> Prediction:
-        """Widen each R'_s interval by the uncertainty of the estimated inputs (QUEUEING-NOTES
+        """Widen each R'_s interval by the uncertainty of the estimated inputs (docs/reference/reliability-model.md
         §4.5, parametric bootstrap): ``bootstrap`` predictions from inputs redrawn as their
         estimation error allows, the interval then covering their 5-95% range as well.
 

@@ -10,9 +10,11 @@ Modules
 -------
 topology
     :class:`Topology` (nodes, directed links), seeded generators (:func:`flat_random`,
-    :func:`transit_stub`, ...), the papers' named setups, and the exporters to the documents of
-    ``siftstream qos predict`` and ``siftstream plan distribution`` and to the topology topic;
-    :func:`generate_topology` builds any of them by name.
+    :func:`transit_stub`, ...), overlays and clients, and the exporters to the documents of
+    ``siftstream qos predict`` and ``siftstream plan distribution`` and to the topology topic.
+named_topologies
+    The papers' setups by name (:data:`NAMED_TOPOLOGIES`), and :func:`generate_topology`, which
+    builds any setup or generator by name (``siftstream topology``).
 model
     The MICPICE model: :class:`Instance` (parsed and checked, :class:`InstanceError` naming the
     item), :class:`Plan`, and random instances as in the paper (:func:`chen_instance`).
@@ -31,11 +33,12 @@ loop_free
     :class:`TidOverlay`: content-based routing with tree identifiers, and the
     :class:`LinkDelayTable` that chooses paths.
 
-Imports go one way: ``model`` reads ``topology``; ``heuristics``, ``exact`` and ``check`` read
-``model``; ``distribution`` reads the planners. Names that say nothing on their own at this level
+Imports go one way: ``named_topologies`` reads ``topology``; ``model`` reads both;
+``heuristics``, ``exact`` and ``check`` read ``model``; ``distribution`` reads the planners. Names that say nothing on their own at this level
 are qualified here: ``distribution.plan`` is :func:`plan_distribution`, ``distribution.METHODS``
 :data:`DISTRIBUTION_METHODS`, ``heuristics.ORDERS`` :data:`DISTRIBUTION_ORDERS`,
-``topology.generate`` :func:`generate_topology` and ``topology.NAMED`` :data:`NAMED_TOPOLOGIES`.
+``named_topologies.generate`` :func:`generate_topology` and ``named_topologies.NAMED``
+:data:`NAMED_TOPOLOGIES`.
 Validation constants (``topology.ROLES``, ``model.NODE_ROLES``, ...) and the message records of
 ``loop_free`` (``Hop``, ``Trace``, ``Delivery``, ...) stay in their modules.
 
@@ -68,6 +71,15 @@ from routing.planning.model import (
     chen_instance,
     infeasible_plan,
 )
+from routing.planning.named_topologies import NAMED as NAMED_TOPOLOGIES
+from routing.planning.named_topologies import (
+    chen_flat_12,
+    chen_flat_100,
+    chen_transit_stub_100,
+    opyrchal_fig5,
+    reliability_tree,
+)
+from routing.planning.named_topologies import generate as generate_topology
 from routing.planning.topology import (
     DEFAULT_TS_COSTS,
     OPYRCHAL_BANDWIDTH_MBPS,
@@ -76,23 +88,16 @@ from routing.planning.topology import (
     Topology,
     application_overlay,
     attach_clients,
-    chen_flat_12,
-    chen_flat_100,
-    chen_transit_stub_100,
     element_record,
     flat_random,
-    opyrchal_fig5,
     pure_random,
     random_tree,
-    reliability_tree,
     to_micpice_nodes_links,
     to_qos_links,
     transit_stub,
     tree,
     waxman,
 )
-from routing.planning.topology import NAMED as NAMED_TOPOLOGIES
-from routing.planning.topology import generate as generate_topology
 
 __all__ = [
     "DEFAULT_TS_COSTS",

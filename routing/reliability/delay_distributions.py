@@ -1,6 +1,6 @@
 """The delay distributions of the reliability predictor, on the grid and along the route tree.
 
-The distribution pass of :func:`routing.reliability.prediction.predict` (QUEUEING-NOTES §2.5),
+The distribution pass of :func:`routing.reliability.prediction.predict` (docs/reference/reliability-model.md §3),
 after Pongthawornkamol, Nahrstedt and Wang ("Towards Timeliness and Reliability Analysis of
 Distributed Content-based Publish/Subscribe Systems over Best-effort Networks", §4.3-4.4,
 Eq. 5-11). The delay to a broker depends on the publisher and the path, not on the content, so

@@ -1,6 +1,6 @@
-"""Online estimation of the QoS model's inputs from telemetry (QUEUEING-NOTES §4).
+"""Online estimation of the QoS model's inputs from telemetry (docs/reference/reliability-model.md §6).
 
-The reliability predictor (SPEC §4) needs, per broker, its service-time distribution; per link,
+The reliability predictor (docs/reference/qos-predict.md) needs, per broker, its service-time distribution; per link,
 its delay distribution and reliability r_l; per publisher, its inter-publication process. In
 production these come from telemetry, not from a hand-written system document. This module turns
 the telemetry column tables (``LinkSample``, ``BrokerSample``, ``Receipt``, ``Event`` and ``Match``
@@ -12,7 +12,7 @@ with.
 answers per publisher (:class:`PublisherEstimate`), broker (:class:`BrokerEstimate`), link
 (:class:`LinkEstimate`, its loss a :class:`LinkLossEstimate`) and subscriber
 (:class:`SubscriberEstimate`); :meth:`TelemetryEstimator.to_system` writes the estimates into a
-SPEC §4 system document for the predictor (:class:`EstimatedSystem`). It is built from the
+docs/reference/qos-predict.md system document for the predictor (:class:`EstimatedSystem`). It is built from the
 mergeable summaries of :mod:`routing.stats`, held in :class:`routing.stats.windows.RollingWindow`
 buckets: :class:`~routing.stats.moments.Moments` for means and burstiness,
 :class:`~routing.stats.delay_sketch.DelaySketch` for delay distributions,
@@ -104,7 +104,7 @@ def _non_negative(method: str, name: str, values: FloatArray) -> None:
 
 @dataclass(frozen=True)
 class EstimationConfig:
-    """Parameters of a :class:`TelemetryEstimator`, built once at the edge (CONVENTIONS 4).
+    """Parameters of a :class:`TelemetryEstimator`, built once at the edge (docs/conventions.md §4).
 
     Attributes
     ----------
@@ -112,7 +112,7 @@ class EstimationConfig:
         Window = ``buckets`` buckets of ``bucket_ms`` (default 30 x 10 s).
     grace_ms : float
         A link's sequence numbers count towards loss only once their bucket ended at least this
-        long before the window end, since messages are reordered (QUEUEING-NOTES §4.4); the loss
+        long before the window end, since messages are reordered (docs/reference/reliability-model.md §6.5); the loss
         window is thus the window minus ceil(grace_ms / bucket_ms) buckets.
     relative_accuracy : float
         alpha of every :class:`DelaySketch`.
@@ -123,7 +123,7 @@ class EstimationConfig:
         are complete once the watermark is ``late_ms`` past its end (the windows keep that many
         more buckets). A receipt that comes later still is ignored (counted as an orphan).
     level : float
-        Confidence level of the intervals (SPEC §4: 0.90).
+        Confidence level of the intervals (docs/reference/qos-predict.md: 0.90).
     min_samples : int
         :meth:`TelemetryEstimator.to_system` keeps the skeleton's value for an element with fewer
         samples in the window.
@@ -230,7 +230,7 @@ class BrokerEstimate:
 
 @dataclass(frozen=True)
 class LinkLossEstimate:
-    """A link's reliability r_l from the sequence numbers received (QUEUEING-NOTES §4.4-4.5).
+    """A link's reliability r_l from the sequence numbers received (docs/reference/reliability-model.md §6.5, §6.7).
 
     Attributes
     ----------
@@ -302,7 +302,7 @@ class SubscriberEstimate:
     reliability_low, reliability_high : float
         Wilson interval at the configured level.
     batch_low, batch_high : float
-        Batch-means interval, the window buckets as batches (QUEUEING-NOTES §4.5: events share
+        Batch-means interval, the window buckets as batches (docs/reference/reliability-model.md §6.7: events share
         queues, so outcomes are correlated and the Wilson interval is too narrow); NaN with fewer
         than ``min_batches`` non-empty buckets.
     receipts : int
@@ -391,7 +391,7 @@ def _times(method: str, name: str, values: ArrayLike) -> FloatArray:
 
 
 class TelemetryEstimator:
-    """Rolling-window estimates of the SPEC §4 model's inputs, and measured R_s, from telemetry.
+    """Rolling-window estimates of the docs/reference/qos-predict.md model's inputs, and measured R_s, from telemetry.
 
     Ingest column batches with the ``add_*`` methods (each column one array, one row per record;
     any order within and across batches), call :meth:`advance` as the watermark moves (it resolves
@@ -400,7 +400,7 @@ class TelemetryEstimator:
     time. Memory is bounded by the window (the sketches and moments per bucket and key, a link's
     sequence numbers as runs) plus the events not yet resolved.
 
-    Measured R_s (QUEUEING-NOTES §4.5; the paper's §2.2): an event counts for subscriber s once its
+    Measured R_s (docs/reference/reliability-model.md §6.7; the paper's §2.2): an event counts for subscriber s once its
     deadline ``published_at + lifetime_ms`` is at or before the watermark passed to :meth:`advance`;
     it is on time when s has a receipt for it no later than the deadline, and a miss otherwise (also
     when no receipt ever comes). The denominator is the matching events, from :meth:`add_matches`
@@ -859,7 +859,7 @@ class TelemetryEstimator:
         )
 
     def to_system(self, skeleton: Mapping[str, Any], end_ms: float) -> EstimatedSystem:
-        """The SPEC §4 system ``skeleton`` with its measured inputs replaced by the estimates.
+        """The docs/reference/qos-predict.md system ``skeleton`` with its measured inputs replaced by the estimates.
 
         Per broker ``service_ms``, per link ``delay_ms`` and ``reliability``, per publisher
         ``interarrival_ms``, from the window ending at ``end_ms``: sketches become ``empirical``

@@ -1,9 +1,9 @@
-"""The evaluation system of the Pongthawornkamol paper as a SPEC §4 document.
+"""The evaluation system of the Pongthawornkamol paper as a docs/reference/qos-predict.md document.
 
 :func:`reliability_tree_system` builds a broker tree with publishers, subscribers and content in
 the style of the evaluation of Pongthawornkamol, Nahrstedt and Wang, "Towards Timeliness and
 Reliability Analysis of Distributed Content-based Publish/Subscribe Systems over Best-effort
-Networks" (§5.1, Table 3), with the choices the paper leaves open taken as QUEUEING-NOTES §6.3
+Networks" (§5.1, Table 3), with the choices the paper leaves open taken as docs/reference/reliability-model.md §8.4
 says. It is the default workload of ``siftstream qos`` and ``siftstream simulate``, of the
 reliability benchmarks and of the tests that need a realistic network.
 
@@ -68,14 +68,14 @@ def reliability_tree_system(
     link_scv: float = 0.5,
     link_reliability: tuple[float, float] = (0.97, 1.0),
 ) -> dict[str, Any]:
-    """A SPEC §4 system in the style of the Pongthawornkamol paper's evaluation (§5.1, Table 3).
+    """A docs/reference/qos-predict.md system in the style of the Pongthawornkamol paper's evaluation (§5.1, Table 3).
 
     Table 3: 20 brokers, 8 publishers at about 1 message/s, 100 subscribers, 4 topics,
     21 attributes (the topic plus 20 others), lifetime 1 s, Zipf-like content; matching time
     grows 1 ms per stored subscription (every subscription reaches every broker of the tree, so
     E[S] = 1 ms x subscribers = 100 ms), uniform or exponential; publishing intervals
     exponential, deterministic or uniform. Choices the paper leaves open follow
-    QUEUEING-NOTES §6.3: a random recursive tree of maximum degree ``max_degree``; link delays
+    docs/reference/reliability-model.md §8.4: a random recursive tree of maximum degree ``max_degree``; link delays
     lognormal with a median uniform in ``link_median_ms`` and scv ``link_scv`` (the same in
     both directions of a broker pair); link reliability uniform in ``link_reliability``.
 
@@ -84,7 +84,7 @@ def reliability_tree_system(
     0..values_per_attribute-1. Each publisher has ``content_entries`` distinct entries (topic
     and values Zipf(``zipf_s``), value 0 the most popular) with Zipf popularity by rank.
     Subscriber filters are a topic plus one or two range predicates on that topic's attributes,
-    in SPEC §1 syntax (``topic = 2 and a3 <= 1``).
+    in docs/reference/filters.md syntax (``topic = 2 and a3 <= 1``).
 
     Parameters
     ----------

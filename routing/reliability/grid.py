@@ -2,7 +2,7 @@
 
 Delays live on one grid of step ``h`` ms (:class:`Grid`): a value x is rounded to the nearest
 point, so point i stands for [(i - 1/2) h, (i + 1/2) h), sums of rounded values stay unbiased,
-and mass beyond the grid's end counts as late, never as on time (QUEUEING-NOTES §2.5).
+and mass beyond the grid's end counts as late, never as on time (docs/reference/reliability-model.md §3).
 :class:`CdfTable` evaluates the cdfs of many distributions row by row, with one vectorised
 expression per kind that has a closed form (lognormal, exponential); :func:`pmf_rows` turns
 them into :meth:`Grid.pmf` rows.

@@ -1,10 +1,10 @@
-"""Predicted real-time reliability R'_s of every subscriber of a SPEC §4 broker network.
+"""Predicted real-time reliability R'_s of every subscriber of a docs/reference/qos-predict.md broker network.
 
 Two models share one pipeline (``siftstream qos predict --model gg1|mm1``):
 
 ``mm1``, the baseline, is the algorithm of Pongthawornkamol, Nahrstedt and Wang, "Towards
 Timeliness and Reliability Analysis of Distributed Content-based Publish/Subscribe Systems over
-Best-effort Networks" (``seeds/pongthawornkamol-timeliness-reliability-analysis.txt``):
+Best-effort Networks":
 
 - filter propagation (§4.1) and per-link rates and contents (§4.2, Eq. 1-4) are the routes of
   :func:`routing.reliability.system.compile_routes`: every content entry k of publisher p crosses link l
@@ -15,10 +15,10 @@ Best-effort Networks" (``seeds/pongthawornkamol-timeliness-reliability-analysis.
 - content-remain time (§4.4, Eq. 8-10) and R'_s (Eq. 11): the remaining lifetime is the lifetime
   minus the sum of link and broker delays along the route. The paper propagates C_l(a, d) link
   by link; the convolutions commute, so evaluating them along each route (sharing route
-  prefixes) gives the same numbers with less bookkeeping (QUEUEING-NOTES §2.5;
+  prefixes) gives the same numbers with less bookkeeping (docs/reference/reliability-model.md §3;
   :mod:`routing.reliability.delay_distributions`).
 
-``gg1``, the default, keeps that pipeline and replaces the broker delay (QUEUEING-NOTES §0-2):
+``gg1``, the default, keeps that pipeline and replaces the broker delay (docs/reference/reliability-model.md §1.5, §2):
 
 - burstiness (the paper's §4.5, Eq. 12-13: z_p^2 of publishers, z_b^2 of matching) is carried
   through the network with Whitt's QNA ("The Queueing Network Analyzer", BSTJ 62(9), 1983):
@@ -26,7 +26,7 @@ Best-effort Networks" (``seeds/pongthawornkamol-timeliness-reliability-analysis.
   p = forwarded / processed, and by loss, p = r_l), superposition either rate-weighted
   ("asymptotic") or Albin's hybrid w sum(pi_i c_i^2) + 1 - w. Pairs of brokers linked both ways
   make the broker graph cyclic, so the arrival scvs are a fixed point, found by iteration.
-  Which superposition rule is right depends on link jitter (QUEUEING-NOTES §3.5): jitter that is
+  Which superposition rule is right depends on link jitter (docs/reference/reliability-model.md §5.4): jitter that is
   large against a flow's spacing makes it Poisson-like (hybrid), small jitter keeps periodic
   flows smooth (asymptotic). ``superposition="auto"`` picks per broker from the rate-weighted
   jitter ratio sd(link delay) x flow rate of its inputs;
@@ -35,7 +35,7 @@ Best-effort Networks" (``seeds/pongthawornkamol-timeliness-reliability-analysis.
   (exact for M/G/1), and the waiting-time *distribution* as an atom 1 - sigma at 0 plus a gamma
   body with mean E[W] / sigma and scv c_D^2, convolved with the service distribution on a grid;
 - an interval for R'_s: the range of R'_s over both superposition rules, widened by a margin for
-  the regimes where two-moment methods are known to err (QUEUEING-NOTES §3.6): periodic
+  the regimes where two-moment methods are known to err (docs/reference/reliability-model.md §5.5): periodic
   publishers with near-deterministic service (low c_a^2 and c_s^2 at a loaded broker).
 
 Both models flag brokers with rho >= 0.95; a broker with rho >= 1 makes every delivery through
@@ -62,7 +62,7 @@ docs/results/qos-predict-scale.md.
 
 :func:`routing.reliability.reference_predictor.predict_reference` computes the same model the
 readable way, hop by hop on the dense :class:`routing.reliability.system.Network`: the
-oracle of the parity tests (CONVENTIONS 6). No function here changes process-wide state; a
+oracle of the parity tests (docs/conventions.md §6). No function here changes process-wide state; a
 program that predicts large systems may enter :func:`routing.reliability.allocation.bulk_allocation`.
 
 Examples
@@ -201,7 +201,7 @@ def _json(x: float | None, digits: int = 6) -> float | None:
 
 
 def to_spec_output(prediction: Prediction) -> dict[str, Any]:
-    """The SPEC §4 output document."""
+    """The docs/reference/qos-predict.md output document."""
     subscribers = {
         sid: {
             "reliability": _json(s.reliability),
@@ -234,7 +234,7 @@ def to_spec_output(prediction: Prediction) -> dict[str, Any]:
 
 
 class FilterMatcher:
-    """SPEC §1 filter semantics through :mod:`routing.matching.language`, each filter parsed once.
+    """docs/reference/filters.md filter semantics through :mod:`routing.matching.language`, each filter parsed once.
 
     Calling it matches one filter against one event; :meth:`match_many` matches many filters
     against many events at once (what :func:`routing.reliability.system.match_content` uses). An event
@@ -306,7 +306,7 @@ class FilterMatcher:
 
 
 def filter_matcher() -> FilterMatcher:
-    """SPEC §1 semantics through :mod:`routing.matching.language` (a :class:`FilterMatcher`)."""
+    """docs/reference/filters.md semantics through :mod:`routing.matching.language` (a :class:`FilterMatcher`)."""
     return FilterMatcher()
 
 
@@ -389,7 +389,9 @@ def _check_arguments(model: str, superposition: str, grid_points: int) -> None:
 
 
 def _no_brokers() -> ValueError:
-    return ValueError("system: no brokers; a SPEC §4 system needs brokers, links, publishers and subscribers")
+    return ValueError(
+        "system: no brokers; a system (docs/reference/qos-predict.md) needs brokers, links, publishers and subscribers"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -399,7 +401,7 @@ def _no_brokers() -> ValueError:
 
 @dataclass(frozen=True, eq=False)
 class CompiledSystem:
-    """A SPEC §4 system ready for :func:`predict`: validated, matched and routed.
+    """A docs/reference/qos-predict.md system ready for :func:`predict`: validated, matched and routed.
 
     Build it with :func:`compile_prediction`; :func:`predict` builds one itself unless given it,
     so one system can be predicted under several models or rules for one compile."""
@@ -410,7 +412,7 @@ class CompiledSystem:
 
 
 def compile_prediction(system: Mapping[str, object], matcher: Matcher | None = None) -> CompiledSystem:
-    """Validate a SPEC §4 system, match every filter against every content entry and build the
+    """Validate a docs/reference/qos-predict.md system, match every filter against every content entry and build the
     route tree (:func:`routing.reliability.system.validate_system`, ``match_content``, ``compile_routes``).
 
     >>> exp = lambda mean: {"kind": "exponential", "mean": mean}
@@ -442,12 +444,12 @@ def predict(
     network: Network | None = None,
     compiled: CompiledSystem | None = None,
 ) -> Prediction:
-    """Predict R'_s for every subscriber of a SPEC §4 system (``siftstream qos predict``).
+    """Predict R'_s for every subscriber of a docs/reference/qos-predict.md system (``siftstream qos predict``).
 
     Parameters
     ----------
     system : mapping
-        The SPEC §4 document (ignored when ``network`` is given).
+        The docs/reference/qos-predict.md document (ignored when ``network`` is given).
     model : {"gg1", "mm1"}
         ``mm1`` is the paper's algorithm; ``gg1`` the QNA / KLB / atom-plus-gamma model.
     superposition : {"auto", "asymptotic", "hybrid"}
@@ -455,7 +457,7 @@ def predict(
     grid_points : int
         Points of the delay grid (the step is the horizon over this).
     matcher, network, compiled
-        The filter semantics (default: SPEC §1 via :mod:`routing.matching.language`), or the system
+        The filter semantics (default: docs/reference/filters.md via :mod:`routing.matching.language`), or the system
         already compiled: densely for the simulator (``network``) or by
         :func:`compile_prediction` (``compiled``); either makes ``system`` ignored.
 

@@ -1,7 +1,7 @@
 """Rates, reach and arrival variability along the route tree; the brokers' queues.
 
 The network pass of :func:`routing.reliability.prediction.predict` before any distribution is
-worked out (QUEUEING-NOTES §2.5-2.6), after Pongthawornkamol, Nahrstedt and Wang ("Towards
+worked out (docs/reference/reliability-model.md §3-4), after Pongthawornkamol, Nahrstedt and Wang ("Towards
 Timeliness and Reliability Analysis of Distributed Content-based Publish/Subscribe Systems over
 Best-effort Networks", §4.1-4.2, Eq. 1-4) and Whitt's QNA ("The Queueing Network Analyzer",
 BSTJ 62(9), 1983):
@@ -16,12 +16,12 @@ BSTJ 62(9), 1983):
   loss) and superposition (pairs of brokers linked both ways make the broker graph cyclic),
   blended toward the publishers' own streams (:func:`blend_sources`), then
   :func:`routing.reliability.queueing.gg1_wait_model`; :func:`auto_rules` picks each broker's
-  superposition rule from link jitter (QUEUEING-NOTES §3.5);
+  superposition rule from link jitter (docs/reference/reliability-model.md §5.4);
 - :func:`fit_grid` sizes the delay grid from the delays' means and variances along the routes
   (:func:`node_means`, :func:`delay_spans`, :func:`wait_variance`);
 - :func:`low_variability` marks the loaded brokers fed by smooth streams, where two-moment
   methods err most, and the interval's margins (:data:`BASE_MARGIN`,
-  :data:`LOW_VARIABILITY_MARGIN`) widen the predicted interval there (QUEUEING-NOTES §3.6).
+  :data:`LOW_VARIABILITY_MARGIN`) widen the predicted interval there (docs/reference/reliability-model.md §5.5).
 
 Symbols: ``ov`` the validated overlay, ``tree`` its route tree, ``rho`` per broker its load,
 ``ca2``, ``cs2`` the scvs of its arrivals and service, ``hybrid`` per broker whether its inputs
@@ -226,7 +226,7 @@ def _arrival_scvs(
 
     ``thinning=False`` keeps a flow's scv through filtering and loss: the smooth end of the
     interval, for superposed periodic flows whose effective variability is well below their
-    renewal scv (QUEUEING-NOTES §3.4)."""
+    renewal scv (docs/reference/reliability-model.md §5.3)."""
     n_b = len(ov.broker_ids)
     e = np.flatnonzero((ov.link_broker >= 0) & (paths.link_arrived > 0.0))
     dst, src, r = ov.link_broker[e], ov.link_source_broker[e], ov.link_reliability[e]
@@ -316,7 +316,7 @@ def blend_sources(
     QNA treats forwarding as random thinning of a broker's whole departure stream; but content
     decides forwarding, so for a superposition of periodic publishers it splits off whole
     publishers' streams, which are far smoother than thinned aggregates: QNA then overstates the
-    arrival variability (QUEUEING-NOTES §3.4: the effective c_a^2 of superposed periodic streams
+    arrival variability (docs/reference/reliability-model.md §5.3: the effective c_a^2 of superposed periodic streams
     is about half of the hybrid rule's). The publishers' view ignores the jitter that upstream
     queues add, so it understates it. The scv used lies between the two: the midpoint when the
     publishers are periodic (scv 0), QNA's value for Poisson publishers (scv 1), linear between
@@ -440,7 +440,7 @@ def fit_grid(
 
 def low_variability(rho: FloatArray, source_scv: FloatArray, cs2: FloatArray) -> NDArray[np.bool_]:
     """Loaded brokers fed by smooth (periodic-like) publishers or with near-constant matching:
-    where two-moment waiting times err most (QUEUEING-NOTES §3.1, §3.4, §3.6)."""
+    where two-moment waiting times err most (docs/reference/reliability-model.md §5.1, §5.3, §5.5)."""
     smooth = (source_scv < _LOW_VARIABILITY_SCV) | (cs2 < _LOW_VARIABILITY_SCV)
     out: NDArray[np.bool_] = (rho >= LOW_VARIABILITY_RHO) & smooth
     return out

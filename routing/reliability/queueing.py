@@ -1,7 +1,7 @@
 """Single-queue formulas of the reliability predictor: waits, delay probabilities and scvs.
 
 The broker delay of :func:`routing.reliability.prediction.predict` comes from these formulas
-(QUEUEING-NOTES §2). Symbols: ``rho = lambda tau`` is a broker's load (lambda its arrival rate,
+(docs/reference/reliability-model.md §2). Symbols: ``rho = lambda tau`` is a broker's load (lambda its arrival rate,
 tau = E[S] its mean service time, both per ms), ``ca2`` and ``cs2`` are the squared coefficients
 of variation (scvs) of its inter-arrival and service times, ``ds3 = E[S^3] / E[S]^3``, ``sigma``
 is the probability of waiting P(W > 0), and ``cd2`` the scv of the conditional delay
@@ -20,8 +20,8 @@ D = W | W > 0.
   rate-weighted ("asymptotic") or Albin's hybrid (:func:`hybrid_weight`).
 
 Invariants: every wait is ``inf`` when ``rho >= 1``; sigma stays in [1e-3, 0.999] and c_D^2 at
-or above 0.05 (QUEUEING-NOTES §7). :data:`RHO_WARNING` is the load from which every formula is
-unreliable (QUEUEING-NOTES §3.6).
+or above 0.05 (docs/reference/reliability-model.md §9). :data:`RHO_WARNING` is the load from which every formula is
+unreliable (docs/reference/reliability-model.md §5.5).
 
 Examples
 --------
@@ -57,9 +57,9 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 
-RHO_WARNING = 0.95  # QUEUEING-NOTES §3.6: at or above, every formula is unreliable
-_SIGMA_CLIP = (1e-3, 0.999)  # QUEUEING-NOTES §7
-_CD2_FLOOR = 0.05  # QUEUEING-NOTES §7
+RHO_WARNING = 0.95  # docs/reference/reliability-model.md §5.5: at or above, every formula is unreliable
+_SIGMA_CLIP = (1e-3, 0.999)  # docs/reference/reliability-model.md §9
+_CD2_FLOOR = 0.05  # docs/reference/reliability-model.md §9
 
 
 def mm1_wait(rho: float, tau: float) -> float:
@@ -107,7 +107,7 @@ def klb_wait(rho: float, ca2: float, cs2: float, tau: float) -> float:
 def qna_delay_probability(rho: float, ca2: float, cs2: float) -> float:
     """QNA's probability of waiting sigma = P(W > 0), clipped to [1e-3, 0.999].
 
-    sigma = rho + (c_a^2 - 1) rho (1 - rho) h(rho, c_a^2, c_s^2) (QUEUEING-NOTES §2.2); it is rho
+    sigma = rho + (c_a^2 - 1) rho (1 - rho) h(rho, c_a^2, c_s^2) (docs/reference/reliability-model.md §2.2); it is rho
     for Poisson arrivals, as for every M/G/1 queue.
 
     >>> round(qna_delay_probability(0.5, 0.0, 1.0), 3)  # D/M/1: exact 0.203
@@ -127,7 +127,7 @@ def qna_delay_probability(rho: float, ca2: float, cs2: float) -> float:
 def conditional_delay_scv(rho: float, cs2: float, ds3: float) -> float:
     """The scv of D = W | W > 0: 2 rho - 1 + 4 (1 - rho) d_s3 / (3 (c_s^2 + 1)^2), floored at 0.05.
 
-    ``ds3`` is E[S^3] / E[S]^3. Exact for M/G/1 (QUEUEING-NOTES §2.3).
+    ``ds3`` is E[S^3] / E[S]^3. Exact for M/G/1 (docs/reference/reliability-model.md §2.3).
 
     >>> conditional_delay_scv(0.5, 1.0, 6.0)  # M/M/1: D is exponential
     1.0

@@ -2,7 +2,7 @@
 
 :func:`predict_reference` computes the same model as
 :func:`routing.reliability.prediction.predict` (both ``mm1`` and ``gg1``, after Pongthawornkamol,
-Nahrstedt and Wang, §4, and QUEUEING-NOTES §0-2), hop by hop on the dense
+Nahrstedt and Wang, §4, and docs/reference/reliability-model.md §1.5, §2), hop by hop on the dense
 :class:`routing.reliability.system.Network` of
 :func:`routing.reliability.system.compile_system`: rates and reach per route hop
 (:class:`_RefFlows`), the arrival scvs per broker in a plain loop over its input links
@@ -120,7 +120,7 @@ def _ref_arrival_scvs(
 
     ``thinning=False`` keeps a flow's scv through filtering and loss: the smooth end of the
     interval, for superposed periodic flows whose effective variability is well below their
-    renewal scv (QUEUEING-NOTES §3.4)."""
+    renewal scv (docs/reference/reliability-model.md §5.3)."""
     n_b = len(net.broker_ids)
     publisher_of_link = {int(link): p for p, link in enumerate(net.publisher_link)}
     in_links: list[list[int]] = [[] for _ in range(n_b)]
@@ -371,7 +371,7 @@ def predict_reference(
     network: Network | None = None,
 ) -> Prediction:
     """:func:`routing.reliability.prediction.predict` the readable way, the oracle of its parity
-    tests (CONVENTIONS 6).
+    tests (docs/conventions.md §6).
 
     It walks every hop of every content entry's route in the dense :class:`Network` of
     :func:`routing.reliability.system.compile_system`, convolving the delay pmfs along each route

@@ -1,10 +1,10 @@
-"""Discrete-event simulation of the SPEC §4 broker network, vectorised with numpy.
+"""Discrete-event simulation of the docs/reference/qos-predict.md broker network, vectorised with numpy.
 
 This is the ``siftstream qos simulate`` twin of the reliability predictor: it measures the
 subscriber real-time reliability R_s that the predictor estimates. The model is the one of
 Pongthawornkamol, Nahrstedt and Wang, "Towards Timeliness and Reliability Analysis of
 Distributed Content-based Publish/Subscribe Systems over Best-effort Networks" (§2, §4.1;
-``seeds/pongthawornkamol-timeliness-reliability-analysis.txt``), as SPEC §4 states it:
+), as docs/reference/qos-predict.md states it:
 
 - publishers emit events at renewal times (``interarrival_ms``); each event draws one
   ``content`` entry (attributes and lifetime) with probability ``p``, and goes to the home broker;
@@ -45,7 +45,7 @@ at a broker, its service time. Timing is then a function of those draws (:func:`
 - Times are integer nanoseconds (:data:`TICKS_PER_MS`): the sums and maxima are exact, so the
   batching cannot change the result.
 - :func:`solve_reference` is the textbook event-driven simulation (one heap, one event at a
-  time) over the same draws, the oracle of the parity tests (CONVENTIONS 6): both give
+  time) over the same draws, the oracle of the parity tests (docs/conventions.md §6): both give
   identical times, bit for bit.
 
 Warm-up: publishers start at -``warmup_s`` with a uniformly random phase and run until
@@ -109,7 +109,7 @@ IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 _T = TypeVar("_T", bound=np.number[Any])
 
-_RHO_WARNING = 0.95  # QUEUEING-NOTES §7: rho >= 0.95 marks a broker saturated
+_RHO_WARNING = 0.95  # docs/reference/reliability-model.md §9: rho >= 0.95 marks a broker saturated
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,7 +360,7 @@ def fifo_departures(arrivals: NDArray[_T], services: NDArray[_T]) -> NDArray[_T]
 
     The Lindley recursion D_n = max(A_n, D_{n-1}) + S_n unrolls to
     D_n = C_n + max_{k <= n} (A_k - C_{k-1}) with C_n = S_1 + ... + S_n, which is two cumulative
-    numpy passes (the trace-driven form of QUEUEING-NOTES §5.2, as in Ebert et al.'s
+    numpy passes (the trace-driven form of docs/reference/reliability-model.md §8.2, as in Ebert et al.'s
     queuecomputer, JSS 95(5), 2020). Exact for integer times.
 
     Parameters
@@ -637,7 +637,7 @@ def solve_reference(network: Network, draws: Draws) -> Schedule:
     """Event times of a run by a plain event-driven simulation: one heap of arrivals ordered by
     (time, row), each broker a FIFO server (D = max(A, D_prev) + S), one event at a time.
 
-    This is the oracle for :func:`solve` (CONVENTIONS 6); it shares only the draws and the
+    This is the oracle for :func:`solve` (docs/conventions.md §6); it shares only the draws and the
     reachability of rows (which depends on losses alone) with it. It is also the fallback of
     :func:`solve` for a component whose relaxation does not settle.
 
@@ -998,12 +998,12 @@ def simulate(
     *,
     warmup_s: float | None = None,
 ) -> SimulationResult:
-    """Simulate a SPEC §4 system and measure every subscriber's R_s (``qos simulate``).
+    """Simulate a docs/reference/qos-predict.md system and measure every subscriber's R_s (``qos simulate``).
 
     Parameters
     ----------
     system : mapping
-        The SPEC §4 system document.
+        The docs/reference/qos-predict.md system document.
     seconds : float
         Counting window [0, seconds) of simulated time.
     seed : int
@@ -1046,10 +1046,10 @@ def _json_number(x: float) -> float | None:
 
 
 def to_spec_output(result: SimulationResult) -> dict[str, Any]:
-    """The SPEC §4 output document of a simulation run.
+    """The docs/reference/qos-predict.md output document of a simulation run.
 
     ``reliability_low`` / ``reliability_high`` are the 90% Wilson interval on on_time/matching
-    (it ignores the autocorrelation that shared queues cause; QUEUEING-NOTES §4.5). Undefined
+    (it ignores the autocorrelation that shared queues cause; docs/reference/reliability-model.md §6.7). Undefined
     values (no matching events, nothing delivered) are ``None`` (JSON null).
 
     Examples

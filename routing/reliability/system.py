@@ -1,10 +1,10 @@
-"""The compiled broker network of the QoS model: a SPEC §4 system validated, matched and routed.
+"""The compiled broker network of the QoS model: a docs/reference/qos-predict.md system validated, matched and routed.
 
 Both ``qos simulate`` (:mod:`routing.reliability.simulator`) and ``qos predict``
 (:mod:`routing.reliability.qos`) start here. The model is the one of Pongthawornkamol, Nahrstedt
 and Wang, "Towards Timeliness and Reliability Analysis of Distributed Content-based
 Publish/Subscribe Systems over Best-effort Networks" (§2, §4.1;
-``seeds/pongthawornkamol-timeliness-reliability-analysis.txt``), as SPEC §4 states it. Three steps:
+), as docs/reference/qos-predict.md states it. Three steps:
 
 1. :func:`validate_system` checks the document and indexes it (:class:`Overlay`): brokers,
    publishers and subscribers per kind in document order, directed links with their reliability
@@ -69,7 +69,7 @@ BoolArray = NDArray[np.bool_]
 
 Matcher = Callable[[str, Mapping[str, object]], bool]
 """``matcher(filter_text, attributes) -> bool``: does an event with these attributes match the
-SPEC §1 filter? It must raise (any exception) for a filter it cannot parse."""
+docs/reference/filters.md filter? It must raise (any exception) for a filter it cannot parse."""
 
 _PROB_TOLERANCE = 1e-6  # how far a publisher's content p values may sum from 1 (JSON rounding)
 _MAX_ROUTE_HOPS = 200_000  # potential hops of one content entry; more means a DAG with too many paths
@@ -93,7 +93,7 @@ class BulkMatcher(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class Overlay:
-    """A validated SPEC §4 system, before filter propagation (:func:`validate_system`).
+    """A validated docs/reference/qos-predict.md system, before filter propagation (:func:`validate_system`).
 
     Nodes are indexed per kind (brokers, publishers, subscribers) in document order. Content
     entries of all publishers are flattened into one index ``k`` ("content key"): publisher
@@ -126,7 +126,7 @@ class Overlay:
     subscriber_link : int array
         Per subscriber, its link from its home broker.
     subscriber_filter : tuple of str
-        Per subscriber, its SPEC §1 filter text.
+        Per subscriber, its docs/reference/filters.md filter text.
     content_publisher, content_index : int array
         Per content key, the publisher and the entry's position in its ``content``.
     content_p, content_lifetime_ms : float array
@@ -356,7 +356,7 @@ def _check_link_cycles(
     hops = " -> ".join([link_from[i] for i in cycle] + [link_to[cycle[-1]]])
     raise ValueError(
         f"links: events could circulate forever on the cycle {hops}; the broker network must be acyclic "
-        "apart from the two directions of one broker pair (SPEC §4)"
+        "apart from the two directions of one broker pair (docs/reference/qos-predict.md)"
     )
 
 
@@ -405,7 +405,7 @@ def _strong_components(n: int, edges: Sequence[set[int]]) -> list[list[int]]:
 
 
 def validate_system(system: Mapping[str, object], matcher: Matcher) -> Overlay:
-    """Validate a SPEC §4 system document (the first step of :func:`compile_system` and of
+    """Validate a docs/reference/qos-predict.md system document (the first step of :func:`compile_system` and of
     ``routing.reliability.qos.predict``).
 
     Parameters
@@ -922,7 +922,7 @@ def compile_routes(overlay: Overlay, matching: Matching) -> RouteTree:
 
 
 def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
-    """Validate a SPEC §4 system document and propagate its filters, densely (the simulator's
+    """Validate a docs/reference/qos-predict.md system document and propagate its filters, densely (the simulator's
     input; ``routing.reliability.qos.predict`` uses the sparse :func:`compile_routes` instead).
 
     Parameters

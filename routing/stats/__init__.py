@@ -5,7 +5,7 @@ The layer of ``routing`` just above :mod:`routing.common`: standard library, num
 or up to rounding for :class:`Moments`), and serialises through :mod:`routing.stats.state`, so
 Spark streaming state and rolling windows can hold it.
 
-- :mod:`~routing.stats.distributions`: the SPEC §4 ``DIST`` kinds (:func:`parse_distribution`).
+- :mod:`~routing.stats.distributions`: the docs/reference/qos-predict.md ``DIST`` kinds (:func:`parse_distribution`).
 - :mod:`~routing.stats.moments`: :class:`Moments` (count, mean, M2, M3) and :class:`Tally`
   (successes out of trials).
 - :mod:`~routing.stats.delay_sketch`: :class:`DelaySketch`, a log-bucket quantile/CDF sketch of

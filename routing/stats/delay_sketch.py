@@ -12,7 +12,7 @@ integer counts, computed with numpy a batch at a time:
   delay;
 - :meth:`DelaySketch.pmf_on_grid` gives the mass per cell of a regular grid and the tail beyond it,
   the form the predictor convolves; :meth:`DelaySketch.to_distribution` a compact
-  :class:`routing.stats.distributions.Empirical` for a SPEC §4 system document.
+  :class:`routing.stats.distributions.Empirical` for a docs/reference/qos-predict.md system document.
 
 The reliability predictor reads delay CDFs where 1 - F is about 0.01 (R_s near 0.99), so the
 error that matters is the error relative to 1 - F there. docs/decisions/delay-sketch.md records
@@ -253,7 +253,7 @@ class DelaySketch:
         mass : float array of length n
         tail : float
             P(X >= n step), the mass a convolution on this grid must count as late, never on time
-            (QUEUEING-NOTES §7). ``mass.sum() + tail`` is 1.
+            (docs/reference/reliability-model.md §9). ``mass.sum() + tail`` is 1.
         """
         if not step_ms > 0.0 or n < 1:
             raise ValueError(f"pmf_on_grid: need step_ms > 0 and n >= 1 (got {step_ms}, {n})")

@@ -1,4 +1,4 @@
-"""Non-negative time distributions (milliseconds) of the QoS model, SPEC §4 ``DIST``.
+"""Non-negative time distributions (milliseconds) of the QoS model, docs/reference/qos-predict.md ``DIST``.
 
 A ``DIST`` is a JSON object with a ``kind`` and that kind's parameters:
 
@@ -15,7 +15,7 @@ empirical      ``values``, ``probs``       values >= 0, probs >= 0 summing to 1
 
 ``cv`` is the coefficient of variation (standard deviation over mean); :attr:`Distribution.scv`
 is its square, the ``c^2`` of the queueing formulas (Whitt, "The Queueing Network Analyzer",
-BSTJ 62(9), 1983). Keep the two apart: QUEUEING-NOTES §7 lists mixing them as a classic trap.
+BSTJ 62(9), 1983). Keep the two apart: docs/reference/reliability-model.md §9 lists mixing them as a classic trap.
 
 >>> d = parse_distribution({"kind": "gamma", "mean": 100, "cv": 0.5})
 >>> d.mean, d.scv
@@ -60,7 +60,7 @@ class Distribution(ABC):
     Every kind offers the same small interface: :meth:`sample`, :meth:`cdf`, :attr:`mean`,
     :attr:`scv` (squared coefficient of variation, Var/mean^2; 0 by convention when the mean is
     0), :attr:`third_moment` (E[X^3], used by the M/G/1 delay-variance formula) and
-    :meth:`to_dict` (the SPEC §4 JSON form it was parsed from).
+    :meth:`to_dict` (the docs/reference/qos-predict.md JSON form it was parsed from).
     """
 
     kind: str
@@ -90,7 +90,7 @@ class Distribution(ABC):
 
     @abstractmethod
     def to_dict(self) -> dict[str, object]:
-        """The SPEC §4 JSON form."""
+        """The docs/reference/qos-predict.md JSON form."""
 
     @property
     def scv(self) -> float:
@@ -175,7 +175,7 @@ class Uniform(Distribution):
     """Uniform on [``low``, ``high``] ms; scv (high - low)^2 / (3 (low + high)^2).
 
     The Pongthawornkamol paper (§4.5) says a uniform publisher has burstiness 0; it does not:
-    Uniform(0, 2/lambda) has scv 1/3 (QUEUEING-NOTES §1).
+    Uniform(0, 2/lambda) has scv 1/3 (docs/reference/reliability-model.md §1.5).
 
     >>> round(Uniform(0.0, 2.0).scv, 4)
     0.3333
@@ -408,7 +408,7 @@ def _numbers(spec: Mapping[str, object], name: str, where: str) -> tuple[float, 
 
 
 def parse_distribution(spec: object, where: str = "DIST") -> Distribution:
-    """Parse one SPEC §4 ``DIST`` object.
+    """Parse one docs/reference/qos-predict.md ``DIST`` object.
 
     Parameters
     ----------

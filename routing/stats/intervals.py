@@ -34,7 +34,7 @@ from scipy import stats
 
 __all__ = ["batch_means_interval", "wilson_interval"]
 
-_WILSON_LEVEL = 0.90  # SPEC §4: reliability_low/high form a 90% interval
+_WILSON_LEVEL = 0.90  # docs/reference/qos-predict.md: reliability_low/high form a 90% interval
 
 
 def wilson_interval(

@@ -1,7 +1,7 @@
 """Mergeable count-and-moment summaries: :class:`Moments` of a stream of numbers, :class:`Tally`
 of successes out of trials.
 
-Both follow the shape of every incremental summary here (CONVENTIONS 2): ``add(batch)`` takes a
+Both follow the shape of every incremental summary here (docs/conventions.md §2): ``add(batch)`` takes a
 whole batch of values at once, ``merge(other)`` adds what another summary has seen (so that the
 work can be split across partitions and window buckets), ``copy()``, and the state forms of
 :mod:`routing.stats.state`.

@@ -4,7 +4,7 @@ A sender numbers its messages 0, 1, 2, ... in sending order; the receiver sees t
 possibly reordered or duplicated. :class:`SequenceLog` keeps the union of the numbers seen as
 sorted, disjoint runs [start, end] of consecutive numbers, so its size is the number of gaps, not
 of messages, and duplicates vanish. From it, received = distinct numbers seen and expected =
-last - first + 1 (QUEUEING-NOTES §4.4); their ratio is the delivery ratio, a link's r_l.
+last - first + 1 (docs/reference/reliability-model.md §6.5); their ratio is the delivery ratio, a link's r_l.
 
 Invariant: the log of any split of the numbers, added or merged in any order, equals the log of
 the set of all of them.
@@ -51,7 +51,7 @@ class SequenceLog:
     A link numbers its transmissions 0, 1, 2, ... in sending order (SiftStream ``LinkSample.seq``);
     the receiver sees the ones not lost, possibly reordered or duplicated. The log keeps the union as
     runs [start, end], so its size is the number of gaps, not of messages, and duplicates vanish.
-    QUEUEING-NOTES §4.4: received = distinct numbers seen, expected = last - first + 1.
+    docs/reference/reliability-model.md §6.5: received = distinct numbers seen, expected = last - first + 1.
 
     Examples
     --------

@@ -4,7 +4,7 @@ Per key (a broker, a link, a subscriber), a ring of time buckets of ``bucket_ms`
 summary each (any :class:`WindowItem`: :class:`routing.stats.moments.Moments`,
 :class:`routing.stats.delay_sketch.DelaySketch`, :class:`routing.stats.sequence_log.SequenceLog`,
 :class:`routing.stats.moments.Tally`); a query merges the buckets of the window. Old buckets are
-dropped whole, never subtracted from (QUEUEING-NOTES §4.2: exact window semantics, no deletion
+dropped whole, never subtracted from (docs/reference/reliability-model.md §6.2: exact window semantics, no deletion
 from sketches).
 
 Windows and time
@@ -61,7 +61,7 @@ class RollingWindow(Generic[T]):
     A query merges the buckets of the window that ends at a given time (module docstring, "Windows
     and time"). The newest bucket seen (by :meth:`add` or :meth:`advance`) decides what is kept: the
     last ``retain`` buckets up to it; older buckets are dropped, and values for a dropped bucket are
-    ignored and counted in :attr:`late_dropped` (QUEUEING-NOTES §4.2: no deletion from sketches).
+    ignored and counted in :attr:`late_dropped` (docs/reference/reliability-model.md §6.2: no deletion from sketches).
 
     Parameters
     ----------

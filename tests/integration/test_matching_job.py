@@ -1,7 +1,7 @@
 """The matching job end to end: real broker, Spark's Kafka source and sink, restarts and replays.
 
 Expectations are built independently of the job: the subscription model is a dict updated by the
-rules of SPEC.md (and routing.matching.table' module docstring) written out below; events are read
+rules of docs/reference/filters.md (and routing.matching.table's module docstring) written out below; events are read
 back raw from the topic and judged by ``schemas.rules.classify`` (the Python twin of the JVM
 decoder); matches come from ``BruteForceIndex`` over the model.
 """

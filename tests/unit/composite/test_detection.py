@@ -1,7 +1,7 @@
 """Composite detection (routing.composite.detection): the incremental detector against the brute-force
 oracle ``detect_reference`` over generated trees and event sequences delivered out of order
-within the watermark (CONVENTIONS.md 6), the policy on hand-written cases, late and expired
-matches, the state bound, save/restore, and add/remove against a model (CONVENTIONS.md 7)."""
+within the watermark (docs/conventions.md §6), the policy on hand-written cases, late and expired
+matches, the state bound, save/restore, and add/remove against a model (docs/conventions.md §7)."""
 
 from __future__ import annotations
 

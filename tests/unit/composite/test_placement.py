@@ -1,4 +1,4 @@
-"""Composite detection placement (routing.composite.placement, SPEC §6; Li & Jacobsen §4)."""
+"""Composite detection placement (routing.composite.placement, docs/reference/placement.md; Li & Jacobsen §4)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _and(*leaves: str, op: str = "and", id: str = "n1") -> dict[str, Any]:
     return {"id": id, "op": op, "children": [{"leaf": leaf} for leaf in leaves]}
 
 
-# SPEC §6's example, its links filled in: b1 (subscriber) - b2 - {b3, b4}, with b3 - b4 too.
+# docs/reference/placement.md's example, its links filled in: b1 (subscriber) - b2 - {b3, b4}, with b3 - b4 too.
 # The costs make the example's numbers hold exactly: the joint point is b2 (247.0), detecting at
 # b3 costs 3.5 * (D[b4, b3] + D[b3, b1]) = 3.5 * (0.75 + 2.25) = 10.5.
 SPEC_DOC: dict[str, Any] = {
@@ -78,7 +78,7 @@ def _brute_force(inst: PlacementInstance) -> float:
     )
 
 
-# ---- SPEC §6's example ------------------------------------------------------------------------
+# ---- docs/reference/placement.md's example ------------------------------------------------------------------------
 
 
 def test_spec_example_output_is_exact() -> None:
@@ -395,4 +395,4 @@ def test_the_docs_examples_are_what_the_code_prints() -> None:
     assert len(examples) >= 2
     for instance, method, output in examples:
         assert plan_placement(instance, method) == output
-    assert examples[0][2] == SPEC_OUTPUT  # the first one is SPEC §6's example
+    assert examples[0][2] == SPEC_OUTPUT  # the first one is docs/reference/placement.md's example

@@ -340,7 +340,7 @@ TREE_DOCS = (AND2, {"op": "or", "children": ["c = 1"]}, {"op": "seq", "within_ms
 
 
 class TableMachine(RuleBasedStateMachine):
-    """CompositeTable against a dict model (CONVENTIONS.md 7)."""
+    """CompositeTable against a dict model (docs/conventions.md §7)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,7 +1,7 @@
-"""The subscription index (routing.matching.index.MatchIndex) against plain models of SPEC.md section 1.
+"""The subscription index (routing.matching.index.MatchIndex) against plain models of docs/reference/filters.md.
 
 Expectations never come from ``MatchIndex``: the stateful test keeps a ``dict`` of ``Filter``
-evaluated with ``Filter.matches`` (CONVENTIONS.md 7), the parity tests ask ``BruteForceIndex``
+evaluated with ``Filter.matches`` (docs/conventions.md §7), the parity tests ask ``BruteForceIndex``
 with the events as plain Python dicts, and the spot checks are written out by hand from the spec.
 The inputs are chosen to break a bucketed index: few attribute names and colliding literals (so
 that identical filters share state), values equal to literals, integers past 2**53, -0.0, NaN,
@@ -369,7 +369,7 @@ def test_every_type_rule_against_the_oracle(form: str) -> None:
     check_matches(build(model).match(as_input(events, form)), oracle_ids(model, events))
 
 
-# Spot checks written out from SPEC.md section 1 (no oracle at all).
+# Spot checks written out from docs/reference/filters.md (no oracle at all).
 SPEC_CASES: list[tuple[str, dict[str, object], bool]] = [
     ("x = 1", {"x": True}, False),  # True is not the number 1
     ("x = 1", {"x": 1.0}, True),

@@ -1,4 +1,4 @@
-"""The filter language (SPEC.md section 1): parser and its errors, matching against an oracle read
+"""The filter language (docs/reference/filters.md): parser and its errors, matching against an oracle read
 straight from the spec, canonical text round trip, and covering and overlap against brute force."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ PROPERTY = settings(max_examples=100, deadline=None)  # brute-force checks
 LIGHT = settings(max_examples=75, deadline=None)  # generation dominates: fewer examples
 
 # --------------------------------------------------------------------------------------------
-# The oracle: SPEC.md section 1 read directly, sharing nothing with routing.matching.language but the
+# The oracle: docs/reference/filters.md read directly, sharing nothing with routing.matching.language but the
 # Predicate fields.
 # --------------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The matching job's pure pieces: record -> change, the versioned table, index replicas, the store.
 
-Models are plain dicts (CONVENTIONS.md 7); expected matches come from ``BruteForceIndex`` over the
+Models are plain dicts (docs/conventions.md §7); expected matches come from ``BruteForceIndex`` over the
 model, never from the replica's own index.
 """
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from routing.planning.distribution import plan
 from routing.planning.heuristics import _Enhanced, _Graph, plan_enhanced, plan_greedy
 from routing.planning.model import Instance, InstanceError, Plan, chen_events, chen_instance
-from routing.planning.topology import chen_transit_stub_100
+from routing.planning.named_topologies import chen_transit_stub_100
 
 
 def _doc(

@@ -77,7 +77,7 @@ def test_with_composers_checks_the_nodes_and_none_restores_every_node() -> None:
     assert not narrowed.can_compose("s1") and narrowed.can_compose("b1")
     assert narrowed.with_composers(None) == instance
     assert instance.can_compose("s1")
-    assert Instance.from_json(narrowed.to_json()) == instance  # not part of SPEC §5's JSON
+    assert Instance.from_json(narrowed.to_json()) == instance  # not part of docs/reference/distribution.md's JSON
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -14,25 +14,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse.csgraph import dijkstra
 
-from routing.planning.topology import (
-    DEFAULT_TS_COSTS,
+from routing.planning.named_topologies import (
     GENERATORS,
     NAMED,
+    chen_flat_12,
+    chen_flat_100,
+    chen_transit_stub_100,
+    generate,
+    opyrchal_fig5,
+    reliability_tree,
+)
+from routing.planning.topology import (
+    DEFAULT_TS_COSTS,
     OPYRCHAL_BANDWIDTH_MBPS,
     Link,
     Node,
     Topology,
     application_overlay,
     attach_clients,
-    chen_flat_12,
-    chen_flat_100,
-    chen_transit_stub_100,
     flat_random,
-    generate,
-    opyrchal_fig5,
     pure_random,
     random_tree,
-    reliability_tree,
     to_micpice_nodes_links,
     to_qos_links,
     transit_stub,

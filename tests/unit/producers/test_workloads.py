@@ -1,4 +1,4 @@
-"""Workload presets: determinism, the papers' parameters, and valid records in SPEC.md's forms."""
+"""Workload presets: determinism, the papers' parameters, and valid records in docs/reference/README.md's forms."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §4 systems and a comparison shared by the predictor's tests.
+"""docs/reference/qos-predict.md systems and a comparison shared by the predictor's tests.
 
 :func:`chain` is a tandem of brokers with one publisher and one subscriber (the closed forms of
 ``test_prediction.py``); :func:`diamond` is a small network with two paths to one broker, a

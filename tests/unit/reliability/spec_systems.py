@@ -1,6 +1,6 @@
-"""SPEC §4 system builders and a test matcher, shared by the reliability tests.
+"""docs/reference/qos-predict.md system builders and a test matcher, shared by the reliability tests.
 
-The matcher is a small test-only reading of SPEC §1 conjunctions: ``routing.matching.language`` is
+The matcher is a small test-only reading of docs/reference/filters.md conjunctions: ``routing.matching.language`` is
 written separately, and the simulator and the predictor take the matcher as an argument. The
 builders draw whole systems from one seed (:func:`random_system`), which is why they live here
 rather than in ``tests/strategies.py`` (which holds the record strategies).
@@ -18,7 +18,7 @@ import numpy as np
 from routing.stats.distributions import KINDS
 
 # --------------------------------------------------------------------------------------------
-# A test matcher for SPEC §1 conjunctions: =, !=, <, <=, >, >=, between, in; numbers and strings
+# A test matcher for docs/reference/filters.md conjunctions: =, !=, <, <=, >, >=, between, in; numbers and strings
 # --------------------------------------------------------------------------------------------
 
 _TOKEN = re.compile(
@@ -112,7 +112,7 @@ def _kind(value: object) -> str:
 
 
 def matcher(text: str, attributes: Mapping[str, object]) -> bool:
-    """SPEC §1 semantics for the forms above: a missing attribute or a kind mismatch is false."""
+    """docs/reference/filters.md semantics for the forms above: a missing attribute or a kind mismatch is false."""
     for predicate in parse_conjunction(text):
         value = attributes.get(predicate[1])
         if value is None:

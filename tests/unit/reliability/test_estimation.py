@@ -342,7 +342,7 @@ def test_estimates_from_simulated_telemetry_recover_the_system() -> None:
         mean = next(x["delay_ms"]["mean"] for x in SYSTEM["links"] if (x["from"], x["to"]) == (src, dst))
         assert abs(got_l.mean_delay_ms - mean) < 4 * delays.std() / math.sqrt(len(delays))
 
-    # the estimated system is a valid SPEC §4 document and simulates to the same reliabilities
+    # the estimated system is a valid docs/reference/qos-predict.md document and simulates to the same reliabilities
     estimated = est.to_system(SYSTEM, end)
     assert estimated.no_data == ()
     replay = simulate(estimated.system, SECONDS, 8, matcher)

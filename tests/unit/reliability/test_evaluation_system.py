@@ -1,5 +1,5 @@
 """The paper's evaluation system (``routing.reliability.evaluation_system``): Table 3's shape, and a
-performance print of the simulator on it (no timing assert: CONVENTIONS 10)."""
+performance print of the simulator on it (no timing assert: docs/conventions.md §10)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_tree_performance_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     result = simulate(system, 300.0, 1, matcher)
     elapsed = time.perf_counter() - start
     rhos = [b.rho for b in result.brokers.values()]
-    assert min(rhos) > 0.1 and max(rhos) < 0.9  # QUEUEING-NOTES §6.3: rho spans about 0.1-0.8
+    assert min(rhos) > 0.1 and max(rhos) < 0.9  # docs/reference/reliability-model.md §8.4: rho spans about 0.1-0.8
     with capsys.disabled():
         print(
             f"\n20-broker tree, 300 s (+{result.warmup_s:g} s warm-up/cool-down): {result.event_hops} event-hops "

@@ -1,6 +1,6 @@
 """The reliability predictor (``routing.reliability.prediction``) against closed forms and the simulator.
 
-Closed forms (QUEUEING-NOTES §6.1): M/M/1 sojourn T ~ Exp(mu - lambda); M/D/1 waiting time by
+Closed forms (docs/reference/reliability-model.md §8.1): M/M/1 sojourn T ~ Exp(mu - lambda); M/D/1 waiting time by
 Erlang's formula; GI/M/1 (D and Erlang-k arrivals) with sigma the root of
 sigma = A*(mu (1 - sigma)) and T ~ Exp(mu (1 - sigma)); a tandem of M/M/1 queues, whose sojourn
 is a sum of independent exponentials (Burke's theorem). The formulas alone are checked in
@@ -77,7 +77,7 @@ def test_md1_against_erlangs_formula(rho: float) -> None:
         t = t_over_d * d
         system = chain([{"kind": "deterministic", "value": d}], exp(1.0 / lam), t + d)
         errors.append(abs(r_of(system) - erlang_md1_wait_cdf(t, lam, d)))
-    # QUEUEING-NOTES §3.3: atom + gamma errs by about 0.01 on M/D/1.
+    # docs/reference/reliability-model.md §5.2: atom + gamma errs by about 0.01 on M/D/1.
     assert max(errors) < 0.02
 
 
@@ -89,7 +89,7 @@ def test_gi_m1_sojourn(rho: float, k: int) -> None:
     mu = 1.0 / tau
     for q in (0.5, 0.9, 0.99):
         deadline = -math.log(1.0 - q) / (mu * (1.0 - sigma))
-        # QUEUEING-NOTES §3.3: atom + gamma on D/M/1 errs by about 0.002.
+        # docs/reference/reliability-model.md §5.2: atom + gamma on D/M/1 errs by about 0.002.
         assert r_of(chain([exp(tau)], arrivals, deadline)) == pytest.approx(q, abs=0.02)
 
 

@@ -3,7 +3,7 @@
 - ``predict`` against ``predict_reference`` (``routing.reliability.reference_predictor``, the
   readable hop-by-hop implementation on the dense ``Network``): the same R'_s, interval, mean
   delay, p95, broker loads and blame, to rounding, on generated trees, DAGs (several paths to
-  one broker), lossy links, several lifetimes and overloaded brokers (CONVENTIONS 6);
+  one broker), lossy links, several lifetimes and overloaded brokers (docs/conventions.md §6);
 - R'_s against a per-path evaluation written here: for every (subscriber, content entry) that
   matches, the route from the publisher's home broker found by breadth-first search, its link
   and broker delays convolved on a grid of the test's own;

@@ -1,6 +1,6 @@
 """The single-queue formulas (``routing.reliability.queueing``) against closed forms.
 
-Closed forms (QUEUEING-NOTES §6.1): M/D/1's mean wait by Pollaczek-Khinchine, whose probability
+Closed forms (docs/reference/reliability-model.md §8.1): M/D/1's mean wait by Pollaczek-Khinchine, whose probability
 of waiting is rho; GI/M/1 (D and Erlang-k arrivals) with sigma the root of
 sigma = A*(mu (1 - sigma)) and E[W] = sigma / (mu (1 - sigma)). The predictor built on them is
 checked against the same queues in ``test_prediction.py``.
@@ -30,7 +30,7 @@ def test_gi_m1_delay_probability_and_mean_wait(rho: float, k: int) -> None:
     mu = 1.0 / tau
     assert qna_delay_probability(rho, ca2, 1.0) == pytest.approx(sigma, abs=0.025)
     exact_wait = sigma / (mu * (1.0 - sigma))
-    assert klb_wait(rho, ca2, 1.0, tau) == pytest.approx(exact_wait, rel=0.10)  # QUEUEING-NOTES §3.1
+    assert klb_wait(rho, ca2, 1.0, tau) == pytest.approx(exact_wait, rel=0.10)  # reliability-model.md §5.1
 
 
 def test_superposition_rules_are_named() -> None:

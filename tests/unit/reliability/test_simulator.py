@@ -7,7 +7,7 @@ What is checked, all in seconds and with fixed seeds:
 - the vectorised solver against the event-driven reference on random trees and DAGs: identical
   delivery sets and times, bit for bit, whatever the relaxation window;
 - delivery against filter semantics (every matching event once, never a non-matching one), link
-  loss against 1 - reliability, determinism per seed, the telemetry tables, the SPEC §4 output
+  loss against 1 - reliability, determinism per seed, the telemetry tables, the docs/reference/qos-predict.md output
   and the run parameters.
 
 The matcher and the system builders are ``tests/unit/reliability/spec_systems.py``.
@@ -84,7 +84,7 @@ def test_md1_mean_wait_is_pollaczek_khinchine(rho: float) -> None:
 @pytest.mark.parametrize("rho", [0.5, 0.8])
 def test_dm1_mean_wait_uses_the_gi_m_1_root(rho: float) -> None:
     """D/M/1: sigma = exp(-(1 - sigma)/rho) on (0, 1), E[W] = sigma tau / (1 - sigma)
-    (GI/M/1, Kleinrock vol. 1 §6.4; QUEUEING-NOTES §2.2)."""
+    (GI/M/1, Kleinrock vol. 1 §6.4; docs/reference/reliability-model.md §2.2)."""
     tau = 1.0
     sigma = optimize.brentq(lambda s: s - math.exp(-(1 - s) / rho), 1e-12, 1 - 1e-12)
     b1 = _single(det(tau / rho), expo(tau), 600_000, seed=13)
@@ -190,7 +190,7 @@ def test_both_directions_of_a_broker_pair_are_no_cycle_but_a_cyclic_component() 
 @given(seed=st.integers(0, 2**32 - 1))
 def test_perfect_links_deliver_each_matching_event_exactly_once(seed: int) -> None:
     """Reliability 1 on a tree: every event reaches every subscriber it matches once, and no other
-    (SPEC §4: forwarded once per link on which some subscription downstream matches)."""
+    (docs/reference/qos-predict.md: forwarded once per link on which some subscription downstream matches)."""
     system = random_system(seed, shape="both", reliable=True)
     result = simulate(system, 0.5, seed, matcher, collect_telemetry=True, warmup_s=0.0)
     telemetry = result.telemetry

@@ -1,6 +1,6 @@
 """The compiled network (``routing.reliability.system``): validation and filter propagation.
 
-What is checked: the test matcher reads SPEC §1 conjunctions; invalid systems are rejected with a
+What is checked: the test matcher reads docs/reference/filters.md conjunctions; invalid systems are rejected with a
 message that names the element, what is wrong and what would be valid; events cross only the links
 with a matching subscriber downstream (the paper's §4.1), observed in the simulator's telemetry.
 Both directions of one broker pair are no cycle (``test_simulator.py``, with the solver parity).

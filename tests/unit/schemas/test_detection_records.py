@@ -1,6 +1,6 @@
 """The composites job's detection writer (``schemas.detection_records.encode_detections``): the
 keys and values it makes column by column equal, byte for byte, what the schema codec writes
-record by record, and fastavro (the reference encoder) too (CONVENTIONS.md 6)."""
+record by record, and fastavro (the reference encoder) too (docs/conventions.md §6)."""
 
 from __future__ import annotations
 

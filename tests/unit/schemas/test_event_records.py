@@ -1,6 +1,6 @@
 """The matching workers' event decoder (``schemas.event_records``) against the reference decoder
 and rules: every Kafka value gets ``schemas.rules.classify``'s verdict, and the good ones the
-fields and attributes that ``schemas.codec`` decodes (CONVENTIONS.md 6)."""
+fields and attributes that ``schemas.codec`` decodes (docs/conventions.md §6)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The matching workers' output writer (``schemas.match_records``): for any batch, every good row's
 ``Match`` value is what ``schemas.codec`` writes for it (ids in plain string order, as an oracle
-index finds them) and every bad row's dead letter is the validation job's (CONVENTIONS.md 6)."""
+index finds them) and every bad row's dead letter is the validation job's (docs/conventions.md §6)."""
 
 from __future__ import annotations
 

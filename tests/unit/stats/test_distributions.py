@@ -1,4 +1,4 @@
-"""The SPEC §4 distributions (``routing.stats.distributions``).
+"""The docs/reference/qos-predict.md distributions (``routing.stats.distributions``).
 
 What is checked: every kind's moments and CDF against 400,000 samples, the scv computed rather than
 named, clear errors for bad DISTs naming where they sit; and ``parse_distribution``'s fast path for
@@ -82,7 +82,8 @@ def test_distribution_moments_and_cdf_match_samples(spec: dict[str, Any]) -> Non
 
 
 def test_scv_is_computed_not_named() -> None:
-    """QUEUEING-NOTES §1: the paper's 'uniform has burstiness 0' is wrong; Uniform(0, 2m) has 1/3."""
+    """docs/reference/reliability-model.md §1.5: the paper's 'uniform has burstiness 0' is wrong;
+    Uniform(0, 2m) has 1/3."""
     assert parse_distribution({"kind": "uniform", "low": 0, "high": 2000}).scv == pytest.approx(1 / 3)
     assert parse_distribution({"kind": "gamma", "mean": 4, "cv": 0.5}).scv == pytest.approx(0.25)
     assert parse_distribution({"kind": "deterministic", "value": 0}).scv == 0.0

@@ -38,7 +38,7 @@ def test_exact_ends_change_only_the_ends_at_k_0_and_k_n(n: int, level: float) ->
 
 
 def test_the_plain_interval_can_miss_its_own_estimate_by_an_ulp() -> None:
-    """Why both forms stay: the SPEC §4 output keeps the plain ends (its bytes must not change),
+    """Why both forms stay: the docs/reference/qos-predict.md output keeps the plain ends (its bytes must not change),
     the estimators need an interval that holds r = 1 when every message arrived."""
     assert wilson_interval(149, 149)[1] == 0.9999999999999999
     assert wilson_interval(149, 149, exact_ends=True)[1] == 1.0

@@ -1,5 +1,5 @@
 """Rolling windows (``routing.stats.windows.RollingWindow``): a stateful test against a list of the
-values kept (CONVENTIONS 7), and windows of sketches and sequence logs.
+values kept (docs/conventions.md §7), and windows of sketches and sequence logs.
 """
 
 from __future__ import annotations

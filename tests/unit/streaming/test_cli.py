@@ -95,7 +95,7 @@ def test_plan_instance_distribution_and_check_round_trip(tmp_path: Path, capsys:
     for method in ("greedy", "enhanced", "exact"):
         assert main(["plan", "distribution", "--instance", str(instance), "--method", method]) == 0
         plans[method] = json.loads(capsys.readouterr().out)
-        assert set(plans[method]) == {"feasible", "cost", "method", "transmissions", "generated"}  # SPEC.md section 5
+        assert set(plans[method]) == {"feasible", "cost", "method", "transmissions", "generated"}
         assert plans[method]["method"] == method
     # Costs are float sums taken in each plan's own order: equal plans may differ in the last bit.
     assert plans["exact"]["cost"] <= plans["enhanced"]["cost"] + 1e-9

@@ -1,4 +1,4 @@
-"""``siftstream match`` (SPEC.md section 3): the log runner and the command, against hand-written
+"""``siftstream match`` (docs/reference/matching-log.md): the log runner and the command, against hand-written
 expectations and against a one-event-at-a-time replay of the log with ``BruteForceIndex``.
 
 Expected outputs never come from the code under test: they are written out from the spec, or
@@ -360,7 +360,7 @@ def check_parity(ops: list[tuple[str, Any, str]], batch_size: int) -> None:
     out, err_io = io.StringIO(), io.StringIO()
     summary = run_match_log([line for _, _, line in ops], out, err_io, batch_size=batch_size)
     err = err_io.getvalue()
-    # the exact text json.dumps writes (SPEC.md's spacing), not just the same JSON values
+    # the exact text json.dumps writes (docs/reference/matching-log.md's spacing), not just the same JSON values
     assert out.getvalue() == "".join(
         json.dumps({"event_id": eid, "subscription_ids": ids}, ensure_ascii=False) + "\n" for eid, ids in expected
     )
