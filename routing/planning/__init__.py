@@ -34,11 +34,11 @@ loop_free
     :class:`LinkDelayTable` that chooses paths.
 
 Imports go one way: ``named_topologies`` reads ``topology``; ``model`` reads both;
-``heuristics``, ``exact`` and ``check`` read ``model``; ``distribution`` reads the planners. Names that say nothing on their own at this level
-are qualified here: ``distribution.plan`` is :func:`plan_distribution`, ``distribution.METHODS``
-:data:`DISTRIBUTION_METHODS`, ``heuristics.ORDERS`` :data:`DISTRIBUTION_ORDERS`,
-``named_topologies.generate`` :func:`generate_topology` and ``named_topologies.NAMED``
-:data:`NAMED_TOPOLOGIES`.
+``heuristics``, ``exact`` and ``check`` read ``model``; ``distribution`` reads the planners.
+Names that say nothing on their own at this level are qualified here: ``distribution.plan``
+is :func:`plan_distribution`, ``distribution.METHODS`` :data:`DISTRIBUTION_METHODS`,
+``heuristics.ORDERS`` :data:`DISTRIBUTION_ORDERS`, ``named_topologies.generate``
+:func:`generate_topology` and ``named_topologies.NAMED`` :data:`NAMED_TOPOLOGIES`.
 Validation constants (``topology.ROLES``, ``model.NODE_ROLES``, ...) and the message records of
 ``loop_free`` (``Hop``, ``Trace``, ``Delivery``, ...) stay in their modules.
 
