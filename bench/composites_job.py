@@ -107,7 +107,7 @@ def main() -> int:
     if args.quick:
         args.events = 100_000
 
-    from routing.monitors.composites import MonitorConfig
+    from routing.monitors.composites import CompositeMonitorConfig
     from streaming.composites_job import CompositesConfig, run
     from streaming.session import SparkConfig, build_session
 
@@ -141,7 +141,7 @@ def main() -> int:
         cfg = CompositesConfig(
             conn=conn,
             checkpoint=Path(tempfile.mkdtemp(prefix="bench-composites-")),
-            monitor=MonitorConfig(),
+            monitor=CompositeMonitorConfig(),
             topic_prefix=prefix,
             available_now=True,
             max_offsets_per_trigger=args.per_batch,

@@ -499,11 +499,11 @@ def cmd_routes_job(args: argparse.Namespace) -> int:
 
 
 def cmd_composites_job(args: argparse.Namespace) -> int:
-    from routing.monitors.composites import MonitorConfig
+    from routing.monitors.composites import CompositeMonitorConfig
     from schemas.topics import COMPOSITES_TOPIC, PLACEMENTS_TOPIC
     from streaming.composites_job import CompositesConfig, run
 
-    monitor = MonitorConfig(
+    monitor = CompositeMonitorConfig(
         max_instances=args.max_instances,
         method=args.method,
         check_period_ms=int(args.check_period_s * 1000),

@@ -39,7 +39,7 @@ import numpy as np
 from infra.connection import KafkaConnection
 from routing.composite.detection import Detections
 from routing.matching.table import SubscriptionRecord
-from routing.monitors.composites import CompositeMonitor, MonitorConfig
+from routing.monitors.composites import CompositeMonitor, CompositeMonitorConfig
 from schemas.codec import codec_for
 from schemas.detection_records import encode_detections
 from schemas.topics import (
@@ -73,8 +73,8 @@ class CompositesConfig:
     conn : KafkaConnection
     checkpoint : Path
         Local folder: Spark's checkpoint (``query/``) and the monitor's state (``monitor/``).
-    monitor : MonitorConfig
-        Detector bound and placement settings (:class:`routing.monitors.composites.MonitorConfig`).
+    monitor : CompositeMonitorConfig
+        Detector bound and placement settings (:class:`routing.monitors.composites.CompositeMonitorConfig`).
     topic_prefix : str
     available_now : bool
     trigger_interval : str
@@ -86,7 +86,7 @@ class CompositesConfig:
 
     conn: KafkaConnection
     checkpoint: Path
-    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    monitor: CompositeMonitorConfig = field(default_factory=CompositeMonitorConfig)
     topic_prefix: str = ""
     available_now: bool = False
     trigger_interval: str = "5 seconds"

@@ -341,7 +341,7 @@ def _composites_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console
     from infra.topics import ensure_topics
     from producers.kafka_writer import KafkaWriter
     from producers.workloads import CompositeWorkload
-    from routing.monitors.composites import MonitorConfig
+    from routing.monitors.composites import CompositeMonitorConfig
     from routing.planning.topology import element_record, tree
     from schemas.codec import codec_for
     from streaming.composites_job import CompositesConfig, run
@@ -386,7 +386,7 @@ def _composites_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console
     ccfg = CompositesConfig(
         conn=conn,
         checkpoint=cfg.home / "checkpoints" / "composites-demo",
-        monitor=MonitorConfig(check_period_ms=60_000, rate_window_ms=600_000),
+        monitor=CompositeMonitorConfig(check_period_ms=60_000, rate_window_ms=600_000),
         topic_prefix=prefix,
         available_now=True,
     )

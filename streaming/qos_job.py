@@ -45,7 +45,7 @@ import numpy as np
 
 from infra.connection import KafkaConnection
 from routing.matching.table import SubscriptionRecord
-from routing.monitors.qos import MonitorConfig, QosMonitor
+from routing.monitors.qos import QosMonitor, QosMonitorConfig
 from routing.reliability.estimation import EstimationConfig
 from schemas.codec import codec_for
 from schemas.topics import (
@@ -127,11 +127,11 @@ class QosConfig:
     def state_folder(self) -> Path:
         return self.checkpoint / "monitor"
 
-    def monitor_config(self) -> MonitorConfig:
+    def monitor_config(self) -> QosMonitorConfig:
         estimation = EstimationConfig(
             bucket_ms=self.update_period_ms, buckets=self.window_buckets, grace_ms=float(self.lateness_ms)
         )
-        return MonitorConfig(update_period_ms=self.update_period_ms, estimation=estimation, model=self.model)
+        return QosMonitorConfig(update_period_ms=self.update_period_ms, estimation=estimation, model=self.model)
 
 
 def _attributes(table: Any, rows: np.ndarray) -> list[dict[str, object]]:

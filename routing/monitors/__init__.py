@@ -8,14 +8,14 @@ batch exactly.
 Modules
 -------
 qos
-    :class:`QosMonitor` (configured by ``qos.MonitorConfig``): the overlay's shape, rolling
+    :class:`QosMonitor` (configured by :class:`QosMonitorConfig`): the overlay's shape, rolling
     telemetry estimates and each publisher's content mix; per update period one ``QosReport``
     per subscriber and per broker, predicted against measured, with alerts.
 routes
     :class:`RoutePlanner` (configured by :class:`PlannerConfig`): the live MICPICE instance,
     re-planned on drift with hysteresis; one ``RoutePlan`` record per re-plan.
 composites
-    :class:`CompositeMonitor` (configured by ``composites.MonitorConfig``): the leaves of the
+    :class:`CompositeMonitor` (configured by :class:`CompositeMonitorConfig`): the leaves of the
     composite subscriptions matched in one index, detection in event time, and where each
     subscription's detection is placed.
 
@@ -27,8 +27,16 @@ Examples
 True
 """
 
-from routing.monitors.composites import CompositeMonitor
-from routing.monitors.qos import QosMonitor
+from routing.monitors.composites import CompositeMonitor, CompositeMonitorConfig
+from routing.monitors.qos import QosMonitor, QosMonitorConfig, SubscriptionWish
 from routing.monitors.routes import PlannerConfig, RoutePlanner
 
-__all__ = ["CompositeMonitor", "PlannerConfig", "QosMonitor", "RoutePlanner"]
+__all__ = [
+    "CompositeMonitor",
+    "CompositeMonitorConfig",
+    "PlannerConfig",
+    "QosMonitor",
+    "QosMonitorConfig",
+    "RoutePlanner",
+    "SubscriptionWish",
+]

@@ -29,7 +29,7 @@ are primitive events, and the plan's generation nodes are the placement (method
 ``micpice-exact`` or ``micpice-enhanced``, cost by :func:`micpice_cost`). Without a policy-allowed
 placement nothing is written and the subscription is counted ``infeasible``.
 
->>> mon = CompositeMonitor(MonitorConfig(check_period_ms=1000, rate_window_ms=10_000))
+>>> mon = CompositeMonitor(CompositeMonitorConfig(check_period_ms=1000, rate_window_ms=10_000))
 >>> mon.apply_topology([("b1", {"kind": "broker"}), ("b2", {"kind": "broker"}),
 ...     ("b1->b2", {"kind": "link", "from": "b1", "to": "b2", "cost": 1.0}),
 ...     ("b2->b1", {"kind": "link", "from": "b2", "to": "b1", "cost": 1.0}),
@@ -78,7 +78,7 @@ from routing.stats.windows import RollingWindow
 
 __all__ = [
     "CompositeMonitor",
-    "MonitorConfig",
+    "CompositeMonitorConfig",
     "micpice_cost",
     "policy_instance",
 ]
@@ -89,7 +89,7 @@ still placed period by period (as ``routing.monitors.routes`` does)."""
 
 
 @dataclass(frozen=True)
-class MonitorConfig:
+class CompositeMonitorConfig:
     """Settings of the composites job.
 
     Attributes
@@ -152,8 +152,8 @@ class _SharedDistances(PlacementInstance):
 class CompositeMonitor:
     """The composites job's state and step functions (module docstring)."""
 
-    def __init__(self, config: MonitorConfig | None = None) -> None:
-        self.config = config or MonitorConfig()
+    def __init__(self, config: CompositeMonitorConfig | None = None) -> None:
+        self.config = config or CompositeMonitorConfig()
         cfg = self.config
         self.table = CompositeTable()
         self.index = MatchIndex()
@@ -506,7 +506,7 @@ class CompositeMonitor:
     @classmethod
     def from_bytes(cls, data: bytes) -> CompositeMonitor:
         meta, blobs = unpack_documents(data)
-        mon = cls(MonitorConfig(**meta["config"]))
+        mon = cls(CompositeMonitorConfig(**meta["config"]))
         for entry in meta["subscriptions"]:
             rec = SubscriptionRecord(
                 op="subscribe", subscription_id=entry["id"], composite=entry["tree"], subscriber_id=entry["subscriber"]

@@ -63,7 +63,7 @@ from routing.reliability.queueing import RHO_WARNING
 from routing.stats.distributions import Distribution, Empirical, parse_distribution
 from routing.stats.state import pack_documents, unpack_documents
 
-__all__ = ["MonitorConfig", "QosMonitor", "SubscriptionWish"]
+__all__ = ["QosMonitor", "QosMonitorConfig", "SubscriptionWish"]
 
 _ZERO = {"kind": "deterministic", "value": 0.0}
 _UNBOUNDED_MS = 1e9  # a contributor delay this large comes from a saturated broker (rho >= 1)
@@ -71,7 +71,7 @@ _WAIT_MISMATCH = 0.5  # broker warning when |model wait - measured wait| > this 
 
 
 @dataclass(frozen=True)
-class MonitorConfig:
+class QosMonitorConfig:
     """Parameters of a :class:`QosMonitor`.
 
     Attributes
@@ -205,7 +205,7 @@ class QosMonitor:
 
     Examples
     --------
-    >>> m = QosMonitor(MonitorConfig(update_period_ms=1000))
+    >>> m = QosMonitor(QosMonitorConfig(update_period_ms=1000))
     >>> m.apply_topology([("b1", {"kind": "broker"}), ("p1", {"kind": "publisher", "broker": "b1"}),
     ...                   ("s1", {"kind": "subscriber", "broker": "b1"}),
     ...                   ("p1->b1", {"kind": "link", "from": "p1", "to": "b1", "reliability": 1.0}),
@@ -217,8 +217,8 @@ class QosMonitor:
     ([2000], [], [3000, 4000])
     """
 
-    def __init__(self, config: MonitorConfig | None = None) -> None:
-        self.config = config or MonitorConfig()
+    def __init__(self, config: QosMonitorConfig | None = None) -> None:
+        self.config = config or QosMonitorConfig()
         self.brokers: dict[str, None] = {}
         self.publishers: dict[str, str | None] = {}
         self.subscribers: dict[str, str | None] = {}
@@ -773,7 +773,7 @@ class QosMonitor:
         estimator_blob = blobs["estimator"]
         cfg = dict(meta["config"])
         cfg["estimation"] = EstimationConfig(**cfg["estimation"])
-        monitor = cls(MonitorConfig(**cfg))
+        monitor = cls(QosMonitorConfig(**cfg))
         monitor.brokers = dict.fromkeys(meta["brokers"])
         monitor.publishers = meta["publishers"]
         monitor.subscribers = meta["subscribers"]

@@ -22,7 +22,7 @@ from producers.kafka_writer import KafkaWriter
 from routing.composite.detection import detect_reference, detection_id
 from routing.composite.trees import parse_composite
 from routing.matching.language import parse_filter
-from routing.monitors.composites import MonitorConfig
+from routing.monitors.composites import CompositeMonitorConfig
 from schemas.codec import codec_for
 from streaming.composites_job import CompositesConfig, run
 from streaming.readers import read_topic
@@ -136,7 +136,7 @@ def test_composites_job_detects_places_dead_letters_and_resumes(
     cfg = CompositesConfig(
         conn=kafka_conn,
         checkpoint=tmp_path / "ckpt",
-        monitor=MonitorConfig(check_period_ms=10_000, rate_window_ms=30_000, sustain=2),
+        monitor=CompositeMonitorConfig(check_period_ms=10_000, rate_window_ms=30_000, sustain=2),
         topic_prefix=topic_prefix,
         available_now=True,
         lateness_ms=2_000,

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from routing.matching.table import SubscriptionRecord
-from routing.monitors.composites import CompositeMonitor, MonitorConfig
+from routing.monitors.composites import CompositeMonitor, CompositeMonitorConfig
 
 PERIOD = 1_000
 AND = {"op": "and", "within_ms": 500, "children": ["kind = 'flight' and price < 400", "kind = 'hotel'"]}
@@ -30,7 +30,7 @@ def subscribe(mon: CompositeMonitor, sid: str, tree: Any, broker: str = "b1") ->
 
 def monitor(**overrides: Any) -> CompositeMonitor:
     cfg = {"check_period_ms": PERIOD, "rate_window_ms": PERIOD, "min_saving": 0.1, "sustain": 2}
-    mon = CompositeMonitor(MonitorConfig(**{**cfg, **overrides}))
+    mon = CompositeMonitor(CompositeMonitorConfig(**{**cfg, **overrides}))
     mon.apply_topology(line())
     return mon
 

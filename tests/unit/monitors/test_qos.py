@@ -9,7 +9,7 @@ import pytest
 
 from producers import overlay
 from routing.matching.table import SubscriptionRecord
-from routing.monitors.qos import MonitorConfig, QosMonitor, _Empirical, _scale, _scaled, _with_cached_moments
+from routing.monitors.qos import QosMonitor, QosMonitorConfig, _Empirical, _scale, _scaled, _with_cached_moments
 from routing.reliability.estimation import EstimationConfig
 from routing.reliability.evaluation_system import reliability_tree_system
 from routing.reliability.prediction import compile_prediction, predict
@@ -95,8 +95,8 @@ def feed(monitor: QosMonitor, system: dict[str, Any], result: SimulationResult, 
     return out
 
 
-def config(bootstrap: int = 0) -> MonitorConfig:
-    return MonitorConfig(
+def config(bootstrap: int = 0) -> QosMonitorConfig:
+    return QosMonitorConfig(
         update_period_ms=10_000,
         estimation=EstimationConfig(bucket_ms=10_000, buckets=30),
         min_events=20,
