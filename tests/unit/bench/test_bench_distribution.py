@@ -1,5 +1,5 @@
 """The statistics of ``bench/distribution.py``'s Fig. 8 tables: the bootstrap interval of a ratio
-of means and the "within noise" reading of the paper's bounds (issue 6)."""
+of means and the "within noise" reading of the paper's bounds."""
 
 from __future__ import annotations
 
