@@ -1,7 +1,7 @@
 """The compiled broker network of the QoS model: a docs/reference/qos-predict.md system validated, matched and routed.
 
 Both ``qos simulate`` (:mod:`routing.reliability.simulator`) and ``qos predict``
-(:mod:`routing.reliability.qos`) start here. The model is the one of Pongthawornkamol, Nahrstedt
+(:mod:`routing.reliability.prediction`) start here. The model is the one of Pongthawornkamol, Nahrstedt
 and Wang, "Towards Timeliness and Reliability Analysis of Distributed Content-based
 Publish/Subscribe Systems over Best-effort Networks" (§2, §4.1;
 ), as docs/reference/qos-predict.md states it. Three steps:
@@ -79,7 +79,7 @@ _MAX_ROUTE_HOPS = 200_000  # potential hops of one content entry; more means a D
 class BulkMatcher(Protocol):
     """A :data:`Matcher` that can also match many filters against many events in one call.
 
-    :func:`match_content` uses ``match_many`` when the matcher has it (``routing.reliability.qos.filter_matcher``
+    :func:`match_content` uses ``match_many`` when the matcher has it (``routing.reliability.prediction.filter_matcher``
     does, through :class:`routing.matching.index.MatchIndex`) and calls the matcher once per (distinct
     filter, distinct attribute set) otherwise.
     """
@@ -406,7 +406,7 @@ def _strong_components(n: int, edges: Sequence[set[int]]) -> list[list[int]]:
 
 def validate_system(system: Mapping[str, object], matcher: Matcher) -> Overlay:
     """Validate a docs/reference/qos-predict.md system document (the first step of :func:`compile_system` and of
-    ``routing.reliability.qos.predict``).
+    ``routing.reliability.prediction.predict``).
 
     Parameters
     ----------
@@ -923,7 +923,7 @@ def compile_routes(overlay: Overlay, matching: Matching) -> RouteTree:
 
 def compile_system(system: Mapping[str, object], matcher: Matcher) -> Network:
     """Validate a docs/reference/qos-predict.md system document and propagate its filters, densely (the simulator's
-    input; ``routing.reliability.qos.predict`` uses the sparse :func:`compile_routes` instead).
+    input; ``routing.reliability.prediction.predict`` uses the sparse :func:`compile_routes` instead).
 
     Parameters
     ----------
