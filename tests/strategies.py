@@ -497,7 +497,7 @@ def column_batches(
     return n, columns, events
 
 
-# --- Events as the wire carries them (streaming.arrow_matching) --------------------------------
+# --- Events as the wire carries them (schemas.event_records, streaming.arrow_matching) ----------
 # Values the Event schema allows (64-bit longs, finite doubles, strings, booleans) over the index
 # vocabulary, so one name often comes with several value kinds across the events of one batch.
 WIRE_VALUES: tuple[object, ...] = tuple(
