@@ -21,6 +21,7 @@ from schemas.rules import VALUE_KINDS
 from streaming import arrow_matching
 from streaming.arrow_matching import INPUT_COLUMNS, ShipState, event_batch, match_batches
 from tests.strategies import INDEX_IDS, index_filters, wire_events
+from tests.unit.schemas.test_match_records import _expected_rows, _written
 
 _MAP_TYPES = {
     "longs": pa.map_(pa.string(), pa.int64()),
@@ -79,31 +80,6 @@ def _record_batch(rows: list[dict[str, Any] | None]) -> pa.RecordBatch:
 
 
 TARGETS = Targets("events", "matches", "dead")
-
-
-def _written(out: list[pa.RecordBatch]) -> list[tuple[str, bytes, bytes]]:
-    """The Kafka rows ``match_batches`` returned: (topic, key, value)."""
-    assert all(rb.schema.names == ["topic", "key", "value"] for rb in out)
-    return [
-        row for rb in out for row in zip(*(rb.column(c).to_pylist() for c in ("topic", "key", "value")), strict=True)
-    ]
-
-
-def _expected_rows(
-    rows: list[dict[str, Any] | None], ids: list[list[str]], offsets: list[int]
-) -> list[tuple[str, bytes, bytes | None]]:
-    """A ``Match`` keyed by event id for each good row; for each bad one (None) a dead letter keyed
-    by its coordinates (its value is checked apart)."""
-    return [
-        ("matches", r["event_id"].encode(), _match_bytes(r, e)) if r else ("dead", f"events/0/{o}".encode(), None)
-        for r, e, o in zip(rows, ids, offsets, strict=True)
-    ]
-
-
-def _match_bytes(event: dict[str, Any], ids: list[str]) -> bytes:
-    """What ``schemas.codec`` writes for the event's ``Match`` record."""
-    fields = {k: event[k] for k in ("event_id", "publisher_id", "published_at")}
-    return codec_for("Match").encode({**fields, "subscription_ids": ids})
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
