@@ -231,17 +231,18 @@ def _system(args: argparse.Namespace) -> dict[str, Any]:
     return reliability_tree_system(args.seed)
 
 
-def cmd_qos(args: argparse.Namespace) -> int:
-    if args.action == "predict":
-        from routing.reliability.allocation import bulk_allocation
-        from routing.reliability.prediction import predict
-        from routing.reliability.prediction import to_spec_output as prediction_output
+def cmd_qos_predict(args: argparse.Namespace) -> int:
+    from routing.reliability.allocation import bulk_allocation
+    from routing.reliability.prediction import predict, to_spec_output
 
-        system = _system(args)
-        with bulk_allocation():  # a one-shot process: pausing the collector is ours to do
-            prediction = predict(system, model=args.model, superposition=args.superposition)
-        print(json.dumps(prediction_output(prediction), indent=2))
-        return 0
+    system = _system(args)
+    with bulk_allocation():  # a one-shot process: pausing the collector is ours to do
+        prediction = predict(system, model=args.model, superposition=args.superposition)
+    print(json.dumps(to_spec_output(prediction), indent=2))
+    return 0
+
+
+def cmd_qos_simulate(args: argparse.Namespace) -> int:
     from producers.overlay import run
     from routing.reliability.simulator import to_spec_output
 
@@ -253,7 +254,8 @@ def cmd_qos(args: argparse.Namespace) -> int:
 def _plan_instance_doc(args: argparse.Namespace, command: str) -> Any:
     """The JSON document named by ``--instance`` of ``plan COMMAND``."""
     if not args.instance:
-        raise ValueError(f"plan {command} needs --instance FILE (docs/reference/distribution.md, or 6 for placement)")
+        page = "placement" if command == "placement" else "distribution"
+        raise ValueError(f"plan {command} needs --instance FILE (docs/reference/{page}.md)")
     return json.loads(Path(args.instance).read_text())
 
 
@@ -632,6 +634,50 @@ def _job_opts(p: argparse.ArgumentParser, job: str) -> None:
     p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
 
 
+def _qos_parsers(sub: Any) -> None:
+    """``siftstream qos``: predict a system's reliability, or simulate it, each with its own options."""
+    p = sub.add_parser(
+        "qos",
+        help="reliability of a broker network: predict it, or simulate the same network",
+        description="Offline reliability of one system document (docs/reference/qos-predict.md). predict: "
+        "the predicted reliability R'_s of every subscriber (the model: docs/reference/reliability-model.md); "
+        "simulate: the measured R_s of the same network, simulated.",
+    )
+    qos = p.add_subparsers(dest="action", required=True)
+
+    q = qos.add_parser(
+        "predict",
+        help="predicted reliability of every subscriber",
+        description="The predicted reliability R'_s of every subscriber with its interval, delays, broker loads "
+        "and warnings. Reference: docs/reference/qos-predict.md; the model: docs/reference/reliability-model.md",
+    )
+    q.add_argument("--system", required=True, metavar="FILE", help="the system document (JSON)")
+    q.add_argument(
+        "--model",
+        choices=["gg1", "mm1"],
+        default="gg1",
+        help="gg1 (QNA, KLB, waiting-time distribution) or mm1 (the paper's method) (default: %(default)s)",
+    )
+    q.add_argument(
+        "--superposition",
+        choices=["auto", "asymptotic", "hybrid"],
+        default="auto",
+        help="gg1: how flows merge at a broker; auto picks by link jitter (default: %(default)s)",
+    )
+    q.set_defaults(func=cmd_qos_predict)
+
+    q = qos.add_parser(
+        "simulate",
+        help="measured reliability of the same network, simulated",
+        description="Simulates the system document's network (FIFO brokers, lossy links) and prints the measured "
+        "R_s of every subscriber in the shape of qos predict. Reference: docs/reference/qos-predict.md",
+    )
+    q.add_argument("--system", required=True, metavar="FILE", help="the system document (JSON)")
+    q.add_argument("--seconds", type=float, default=600.0, help="simulated time (default: %(default)s)")
+    q.add_argument("--seed", type=int, default=0, help="the random seed (default: %(default)s)")
+    q.set_defaults(func=cmd_qos_simulate)
+
+
 def _plan_parsers(sub: Any) -> None:
     """``siftstream plan``: one subcommand per offline planner, each with its own options and docs page."""
     from routing.composite import PLACEMENT_METHODS
@@ -786,25 +832,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to-kafka", action="store_true", help="also publish the elements to the topology topic")
     p.set_defaults(func=cmd_topology)
 
-    p = sub.add_parser("qos", help="reliability: predict (docs/reference/qos-predict.md) or simulate the same network")
-    p.add_argument("action", choices=["predict", "simulate"])
-    p.add_argument("--system", required=True, help="the docs/reference/qos-predict.md network (JSON)")
-    p.add_argument("--seconds", type=float, default=600.0, help="simulate: simulated time (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="simulate: the random seed (default: %(default)s)")
-    p.add_argument(
-        "--model",
-        choices=["gg1", "mm1"],
-        default="gg1",
-        help="predict: gg1 (QNA, KLB, waiting-time distribution) or mm1 (the paper's method) (default: %(default)s)",
-    )
-    p.add_argument(
-        "--superposition",
-        choices=["auto", "asymptotic", "hybrid"],
-        default="auto",
-        help="predict, gg1: how flows merge at a broker; auto picks by link jitter (default: %(default)s)",
-    )
-    p.set_defaults(func=cmd_qos)
-
+    _qos_parsers(sub)
     _plan_parsers(sub)
 
     p = sub.add_parser("simulate", help="play a broker overlay: events, link/broker telemetry, receipts")

@@ -225,3 +225,27 @@ def test_a_plan_command_refuses_the_other_commands_methods(tmp_path: Path, capsy
             "siftstream: error: plan placement: --method must be one of optimal, adaptive, joint-point "
             f"(got {method})\n"
         )
+
+
+@pytest.mark.parametrize(
+    ("command", "own", "foreign"),
+    [
+        ("predict", ("--model", "--superposition"), ("--seconds", "--seed")),
+        ("simulate", ("--seconds", "--seed"), ("--model", "--superposition")),
+    ],
+)
+def test_each_qos_command_has_its_own_options_and_docs_page(
+    command: str, own: tuple[str, ...], foreign: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = _help(["qos", command], capsys)
+    assert "docs/reference/qos-predict.md" in text
+    assert all(option in text for option in own)
+    assert not any(option in text for option in foreign)
+    assert "{predict,simulate}" in _help(["qos"], capsys)
+
+
+def test_a_qos_command_refuses_the_other_commands_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["qos", "predict", "--system", "absent.json", "--seconds", "5"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --seconds 5" in capsys.readouterr().err
