@@ -1,6 +1,6 @@
 """Incremental content matching: the subscription index and its brute-force oracle.
 
-Two indexes share one interface (CONVENTIONS.md, "an index has add, remove and a query"):
+Two indexes share one interface (docs/conventions.md §2: an index has add, remove and a query):
 
 - ``MatchIndex``, the fast exact index: per-attribute bucketed bitsets over the distinct filters,
   ANDed per event, with an exact check of the candidates whose buckets are not decisive, and

@@ -4,7 +4,7 @@ Nothing here imports the modules it checks: every rule parses the files, so a ru
 imports inside functions and under ``if TYPE_CHECKING:``, and a broken module cannot hide a
 violation. Each failure names the file, the line and the import (or name) at fault.
 
-The rules (CONVENTIONS.md rules 1 and 15):
+The rules (docs/conventions.md §1 and §15):
 
 layers
     ``routing/`` is split by capability into the subpackages of :data:`LAYERS`, lowest first. A

@@ -26,7 +26,10 @@ _LINK = re.compile(r"\[[^\]]*\]\(([^)\s#]+)(?:#[^)]*)?\)")
 _PATH = re.compile(
     r"(?<![\w./-])((?:routing|streaming|producers|schemas|infra|bench|docs|tests)/[\w./-]*\w\.(?:py|md|avsc|xml))\b"
 )
-_OUTSIDE = re.compile(r"\.\./shared|\bSPEC(?:\.md)?\s*§|\bSPEC\.md\b|QUEUEING-NOTES|\bDESIGN\.md\b|THESIS-DIGEST")
+# the planning notes that live beside the repository, not in it (names split so that this file
+# does not cite them itself)
+_NOTES = ("QUEUEING" + "-NOTES", "THESIS" + "-DIGEST", "SPARK-KAFKA" + "-NOTES", "CONVENTIONS" + r"\.md")
+_OUTSIDE = re.compile(r"\.\./" + "shared|" + r"\bSPEC(?:\.md)?\s*§|\bSPEC\.md\b|\bDESIGN\.md\b|" + "|".join(_NOTES))
 
 
 def _rel(path: Path) -> str:
