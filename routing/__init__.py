@@ -18,6 +18,9 @@ composite
 reliability
     The subscriber reliability model: the system, its simulator, the queueing formulas, the
     prediction with its explanations, and estimation of the inputs from telemetry.
+channels
+    Delivery channels: subscriptions grouped into at most K channels with few false positives,
+    and the multicast group counts they are weighed against.
 monitors
     Each streaming job's Spark-free step (QoS, routes, composites): state in, batch in,
     records out.
@@ -29,7 +32,7 @@ Examples
 True
 """
 
-LAYERS = ("common", "stats", "matching", "planning", "composite", "reliability", "monitors")
+LAYERS = ("common", "stats", "matching", "planning", "composite", "reliability", "channels", "monitors")
 """The subpackages, lowest first: a module may import from its own layer and those before it."""
 
 __all__ = ["LAYERS"]

@@ -306,6 +306,21 @@ def cmd_plan_instance(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan_groups(args: argparse.Namespace) -> int:
+    """Group counts of the multicast schemes, or CGM's endpoints for a budget (docs/reference/channels.md)."""
+    from routing.channels.groups import cgm_max_endpoints, group_counts
+
+    if args.budget is not None:
+        if args.threshold is not None or args.neighbors is not None:
+            raise ValueError("plan groups: --threshold and --neighbors go with --endpoints, not --budget")
+        out = {"clusters": args.clusters, "budget": args.budget}
+        out["cgm_max_endpoints"] = cgm_max_endpoints(args.budget, args.clusters)
+    else:
+        out = group_counts(args.endpoints, args.clusters, threshold=args.threshold, neighbors=args.neighbors)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
 def cmd_plan_check(args: argparse.Namespace) -> int:
     """Verify a distribution plan against its instance; exit 1 when it is invalid (docs/reference/distribution.md)."""
     from routing.planning import Instance, Plan, check_plan
@@ -761,6 +776,21 @@ def _plan_parsers(sub: Any) -> None:
     q.add_argument("--instance", metavar="FILE", help="the distribution instance (JSON); required")
     q.add_argument("--plan", metavar="FILE", help="the plan to verify (JSON, as plan distribution prints it); required")
     q.set_defaults(func=cmd_plan_check)
+
+    q = plan.add_parser(
+        "groups",
+        help="multicast groups each delivery scheme needs (Opyrchal et al.)",
+        description="Group counts of ideal, flooding, CGM, TCGM and neighbor matching for N endpoints in C "
+        "clusters (Opyrchal et al. 2000, Figs. 1, 2 and 4), as exact integers; with --budget, the most endpoints "
+        "CGM supports. Reference: docs/reference/channels.md",
+    )
+    q.add_argument("--clusters", type=int, required=True, help="C, the number of clusters")
+    size = q.add_mutually_exclusive_group(required=True)
+    size.add_argument("--endpoints", type=int, help="N, the number of endpoints (a multiple of C)")
+    size.add_argument("--budget", type=int, help="G groups: print the most endpoints CGM supports")
+    q.add_argument("--threshold", type=int, help="with --endpoints: the TCGM threshold T, 1..N/C-1")
+    q.add_argument("--neighbors", type=int, help="with --endpoints: k neighbours per endpoint")
+    q.set_defaults(func=cmd_plan_groups)
 
 
 def build_parser() -> argparse.ArgumentParser:

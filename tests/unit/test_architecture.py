@@ -47,7 +47,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-LAYERS = ("common", "stats", "matching", "planning", "composite", "reliability", "monitors")
+LAYERS = ("common", "stats", "matching", "planning", "composite", "reliability", "channels", "monitors")
 """The subpackages of ``routing/``, lowest first."""
 
 PACKAGES = ("routing", "schemas", "streaming", "producers", "infra")
