@@ -288,6 +288,32 @@ def cmd_plan_placement(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan_channels(args: argparse.Namespace) -> int:
+    """At most K delivery channels for a subscription set and an event sample (docs/reference/channels.md).
+
+    Exit 2 for an invalid instance or option, 3 when ``exact`` is beyond its limit.
+    """
+    from routing.channels import CHANNEL_METHODS, DEFAULT_METHOD, ChannelInstance, ExactLimitError, plan_channels
+
+    if not args.instance:
+        raise ValueError("plan channels needs --instance FILE (docs/reference/channels.md)")
+    method = _plan_method(args, "channels", CHANNEL_METHODS, DEFAULT_METHOD)
+    doc = json.loads(Path(args.instance).read_text())
+    instance = ChannelInstance.from_json(doc, k=args.k, psi=args.psi, seed=args.seed)
+    try:
+        out = plan_channels(instance, method, sigma=args.sigma, budget_ms=args.budget_ms)
+    except ExactLimitError as exc:
+        print(f"siftstream: error: {exc}", file=sys.stderr)
+        return 3
+    if out["summary"]["matched_events"] == 0:
+        print(
+            "siftstream: warning: no subscription matches any event of the sample; every plan has 0 deliveries",
+            file=sys.stderr,
+        )
+    print(json.dumps(out, indent=2))
+    return 0
+
+
 def cmd_plan_instance(args: argparse.Namespace) -> int:
     """A random distribution instance as in Chen et al. 4.2 (docs/reference/distribution.md)."""
     from routing.planning import chen_instance, generate_topology
@@ -747,6 +773,29 @@ def _plan_parsers(sub: Any) -> None:
         "baseline (default: optimal)",
     )
     q.set_defaults(func=cmd_plan_placement)
+
+    q = plan.add_parser(
+        "channels",
+        help="group subscriptions into at most K delivery channels with few false positives",
+        description="Groups the subscriptions of one instance (filters and an event sample) into at most K "
+        "delivery channels so that subscribers receive few events they did not ask for (Tariq ch. 3, "
+        "Opyrchal et al. 2.6). Prints the plan, what each channel carries and its exact false positives. "
+        "Exit 2 for an invalid instance or option, 3 when exact is beyond its limit. "
+        "Reference: docs/reference/channels.md",
+    )
+    q.add_argument("--instance", metavar="FILE", help="the channel instance (JSON); required")
+    q.add_argument(
+        "--method",
+        metavar="M",
+        help="flooding, ideal, exact, ck, ov, kmeans, spectral-rassoc, spectral-ncut, approx or auto "
+        "(default: spectral-ncut)",
+    )
+    q.add_argument("--k", type=int, help="K, the most channels a plan may use (overrides the instance's k)")
+    q.add_argument("--seed", type=int, help="the k-means seed (overrides the instance's seed; default 0)")
+    q.add_argument("--psi", type=int, help="the recent-event window (overrides the instance's psi; default 20)")
+    q.add_argument("--sigma", type=float, help="spectral-ncut and ov: the kernel exp(-(1 - J) / sigma^2)")
+    q.add_argument("--budget-ms", type=float, default=2000.0, help="auto: the time budget in ms (default: %(default)s)")
+    q.set_defaults(func=cmd_plan_channels)
 
     q = plan.add_parser(
         "instance",

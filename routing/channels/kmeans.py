@@ -1,0 +1,104 @@
+"""k-means with the exact rules of docs/reference/channels.md §4.1 (Tariq §3.3.1.3).
+
+Rules: k-means++ seeding drawn from ``seed`` (Arthur and Vassilvitskii: the first centre uniform,
+each next one with probability proportional to D(x)², the squared distance to the nearest chosen
+centre); Lloyd iterations until no assignment changes, at most 100; the best of 10 restarts by
+within-cluster sum of squares (the first restart on a tie); a point's nearest centre on a tie is
+the lowest-numbered one; a cluster left empty takes the point farthest from its centre; with no
+more points than K, each point is its own cluster.
+
+Written here in numpy rather than taken from a library because every one of these rules is part
+of the contract (scikit-learn's seeding draws several candidates per step and its empty-cluster
+and tie handling differ; scipy's ``kmeans2`` restarts nothing).
+
+Symbols: X (n x d) the points, K the clusters, SS = Σ_i ||x_i − c_{label(i)}||².
+
+Examples
+--------
+>>> import numpy as np
+>>> x = np.array([[0.0], [0.1], [5.0], [5.1]])
+>>> kmeans(x, 2, seed=0).tolist() in ([0, 0, 1, 1], [1, 1, 0, 0])
+True
+>>> kmeans(x[:2], 3, seed=0).tolist()
+[0, 1]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["MAX_ITERATIONS", "RESTARTS", "kmeans", "within_ss"]
+
+MAX_ITERATIONS = 100
+RESTARTS = 10
+
+Points = npt.NDArray[np.float64]
+Labels = npt.NDArray[np.int64]
+
+
+def _sq_dist(x: Points, centres: Points) -> Points:
+    return np.asarray(((x[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2), dtype=np.float64)
+
+
+def within_ss(x: Points, labels: Labels, k: int) -> float:
+    """SS of a labelling: squared distances of the points to their cluster's mean."""
+    total = 0.0
+    for c in range(k):
+        members = x[labels == c]
+        if len(members):
+            total += float(((members - members.mean(axis=0)) ** 2).sum())
+    return total
+
+
+def _seed_centres(x: Points, k: int, rng: np.random.Generator) -> Points:
+    n = len(x)
+    chosen = [int(rng.integers(n))]
+    nearest = ((x - x[chosen[0]]) ** 2).sum(axis=1)
+    for _ in range(1, k):
+        total = float(nearest.sum())
+        if total > 0:
+            pick = int(rng.choice(n, p=nearest / total))
+        else:  # every point sits on a chosen centre: draw uniformly
+            pick = int(rng.integers(n))
+        chosen.append(pick)
+        nearest = np.minimum(nearest, ((x - x[pick]) ** 2).sum(axis=1))
+    return x[chosen].copy()
+
+
+def _lloyd(x: Points, centres: Points) -> Labels:
+    k = len(centres)
+    labels = np.argmin(_sq_dist(x, centres), axis=1).astype(np.int64)  # argmin: lowest index on a tie
+    for _ in range(MAX_ITERATIONS):
+        centres = np.array([x[labels == c].mean(axis=0) if (labels == c).any() else centres[c] for c in range(k)])
+        for c in range(k):
+            if not (labels == c).any():
+                dist = ((x - centres[labels]) ** 2).sum(axis=1)
+                counts = np.bincount(labels, minlength=k)
+                dist[counts[labels] <= 1] = -1.0  # never empty another cluster
+                far = int(np.argmax(dist))
+                labels[far] = c
+                centres[c] = x[far]
+        new = np.argmin(_sq_dist(x, centres), axis=1).astype(np.int64)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    return np.asarray(labels, dtype=np.int64)
+
+
+def kmeans(x: Points, k: int, seed: int) -> Labels:
+    """Cluster labels (0..K−1) of the rows of ``x`` under the rules above."""
+    x = np.asarray(x, dtype=np.float64)
+    n = len(x)
+    if n <= k:
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(seed % 2**64)  # any integer seed, negative ones too
+    best: Labels | None = None
+    best_ss = np.inf
+    for _ in range(RESTARTS):
+        labels = _lloyd(x, _seed_centres(x, k, rng))
+        ss = within_ss(x, labels, k)
+        if best is None or ss < best_ss:  # the first restart wins a tie
+            best, best_ss = labels, ss
+    assert best is not None
+    return np.asarray(best, dtype=np.int64)

@@ -1,0 +1,399 @@
+"""The channel-planning methods of docs/reference/channels.md §4 and the rules they share.
+
+Every method maps the N x M match matrix ``hits`` (row s is M(s)) to a channel per subscription
+(an int64 array, ``labels``). Bounded methods use at most K channels; ``ideal`` uses one per
+distinct match set. Final channel numbers follow :func:`number_channels` (by each channel's
+smallest subscription id, plain string order).
+
+Sources: flooding and ideal, Opyrchal §2.1–2.2; ``ck`` and ``ov``, Tariq §3.3.2.1 ([CM07],
+[BFPB10, RLW+02]); ``kmeans``, Tariq §3.3.1.3; ``spectral-rassoc`` and ``spectral-ncut``,
+Tariq Alg. 5 with Eq. 3.1 and 3.2 (row scaling of Ng, Jordan and Weiss); ``approx``, Opyrchal
+§2.6 with its net waste induced NWI(a, b) = |S_a| |U_b \\ U_a| + |S_b| |U_a \\ U_b|.
+
+Oracles (docs/conventions.md §6): :func:`exact_by_enumeration` for :func:`exact`,
+:func:`net_waste_induced` (sets) for the matrix NWI inside :func:`approx`.
+
+Examples
+--------
+>>> import numpy as np
+>>> hits = np.array([[1, 0, 0, 0, 0], [1, 1, 1, 0, 0], [0, 1, 1, 0, 1], [0, 0, 1, 0, 1]], dtype=bool)
+>>> ids = ["s1", "s2", "s3", "s4"]
+>>> exact(hits, 2, ids).tolist()
+[0, 0, 1, 1]
+>>> approx(hits, 2, ids).tolist()
+[0, 0, 1, 1]
+>>> flooding(4).tolist(), ideal(hits, ids).tolist()
+([0, 0, 0, 0], [0, 1, 2, 3])
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from routing.channels.instance import Domain, ExactLimitError
+from routing.channels.kmeans import kmeans
+from routing.channels.similarity import isolated
+from routing.matching.language import Filter
+
+__all__ = [
+    "APPROX_WINDOW",
+    "BOUNDED_METHODS",
+    "CHANNEL_METHODS",
+    "EXACT_LIMIT",
+    "approx",
+    "ck",
+    "ck_coordinates",
+    "exact",
+    "exact_by_enumeration",
+    "flooding",
+    "ideal",
+    "join_isolated",
+    "kmeans_on_rows",
+    "net_waste_induced",
+    "number_channels",
+    "ov",
+    "overlap",
+    "spectral_ncut",
+    "spectral_rassoc",
+]
+
+CHANNEL_METHODS = (
+    "flooding",
+    "ideal",
+    "exact",
+    "ck",
+    "ov",
+    "kmeans",
+    "spectral-rassoc",
+    "spectral-ncut",
+    "approx",
+    "auto",
+)
+"""Every ``--method``, in the contract's table order (``auto`` breaks ties in this order)."""
+
+BOUNDED_METHODS = tuple(m for m in CHANNEL_METHODS if m not in ("ideal", "auto"))
+"""The methods ``auto`` may choose among."""
+
+EXACT_LIMIT = 12
+"""The most distinct match sets ``exact`` accepts (the contract requires at least 12)."""
+
+APPROX_WINDOW = 100
+"""``approx`` looks for the best pair among the first this many channels of its order."""
+
+BoolMatrix = npt.NDArray[np.bool_]
+FloatMatrix = npt.NDArray[np.float64]
+Labels = npt.NDArray[np.int64]
+
+
+def number_channels(labels: Labels, ids: Sequence[str]) -> Labels:
+    """Renumber channels 0, 1, ... in order of their smallest subscription id (plain string order).
+
+    >>> number_channels(np.array([5, 2, 5]), ["b", "c", "a"]).tolist()
+    [0, 1, 0]
+    """
+    first: dict[int, str] = {}
+    for label, sid in zip(labels.tolist(), ids, strict=True):
+        if label not in first or sid < first[label]:
+            first[label] = sid
+    order = {label: rank for rank, label in enumerate(sorted(first, key=lambda lab: first[lab]))}
+    return np.array([order[label] for label in labels.tolist()], dtype=np.int64)
+
+
+def flooding(n: int) -> Labels:
+    """Every subscription on channel 0 (Opyrchal §2.2)."""
+    return np.zeros(n, dtype=np.int64)
+
+
+def _distinct_rows(hits: BoolMatrix) -> tuple[BoolMatrix, Labels]:
+    """The distinct match sets (first-appearance order) and each subscription's index among them."""
+    keys: dict[bytes, int] = {}
+    which = np.empty(len(hits), dtype=np.int64)
+    for i, row in enumerate(np.packbits(hits, axis=1)):
+        which[i] = keys.setdefault(row.tobytes(), len(keys))
+    firsts = [int(np.flatnonzero(which == g)[0]) for g in range(len(keys))]
+    return hits[firsts], which
+
+
+def ideal(hits: BoolMatrix, ids: Sequence[str]) -> Labels:
+    """One channel per distinct match set (Opyrchal §2.1): FP = 0, ``ideal_channels`` channels."""
+    return number_channels(_distinct_rows(hits)[1], ids)
+
+
+def exact(hits: BoolMatrix, k: int, ids: Sequence[str], limit: int = EXACT_LIMIT) -> Labels:
+    """A plan of least FP with at most K channels.
+
+    Subscriptions with equal match sets share a channel in some optimal plan, so the search runs
+    over the m distinct match sets: f_j(X) = min over blocks B ∋ min(X) of cost(B) + f_{j−1}(X \\ B),
+    cost(B) = (subscriptions in B) · |∪ B| − Σ_{s ∈ B} |M(s)|, in O(K · 3^m).
+
+    Raises
+    ------
+    ExactLimitError
+        When m exceeds ``limit``.
+    """
+    sets, which = _distinct_rows(hits)
+    m = len(sets)
+    if m > limit:
+        raise ExactLimitError(
+            f"exact: the instance has {m} distinct match sets, more than the limit of {limit}; "
+            "use another --method (docs/reference/channels.md)"
+        )
+    if k >= m:
+        return number_channels(which, ids)
+    count = np.bincount(which, minlength=m)
+    weight = sets.sum(axis=1)
+    bits = [int("".join("1" if b else "0" for b in row[::-1]) or "0", 2) for row in sets]
+    full = (1 << m) - 1
+    cost = np.zeros(1 << m, dtype=np.int64)
+    union = [0] * (1 << m)
+    cnt = np.zeros(1 << m, dtype=np.int64)
+    wanted = np.zeros(1 << m, dtype=np.int64)
+    for mask in range(1, 1 << m):
+        low = (mask & -mask).bit_length() - 1
+        rest = mask & (mask - 1)
+        union[mask] = union[rest] | bits[low]
+        cnt[mask] = cnt[rest] + count[low]
+        wanted[mask] = wanted[rest] + int(count[low]) * int(weight[low])
+        cost[mask] = cnt[mask] * union[mask].bit_count() - wanted[mask]
+    masks: list[int] = []
+    subs: list[int] = []
+    for mask in range(1, 1 << m):
+        low = mask & -mask
+        rest = mask ^ low
+        sub = rest
+        while True:
+            masks.append(mask)
+            subs.append(sub | low)
+            if sub == 0:
+                break
+            sub = (sub - 1) & rest
+    mask_arr = np.array(masks, dtype=np.int64)
+    sub_arr = np.array(subs, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, mask_arr[1:] != mask_arr[:-1]])
+    inf = np.int64(2**62)
+    layers = [np.full(1 << m, inf, dtype=np.int64)]
+    layers[0][0] = 0
+    for _ in range(k):
+        prev = layers[-1]
+        vals = cost[sub_arr] + prev[mask_arr ^ sub_arr]
+        new = np.full(1 << m, inf, dtype=np.int64)
+        new[0] = 0
+        new[mask_arr[starts]] = np.minimum.reduceat(vals, starts)
+        layers.append(np.minimum(new, inf))
+    block_of = np.empty(m, dtype=np.int64)
+    mask, j, block = full, k, 0
+    while mask:
+        low = mask & -mask
+        rest = mask ^ low
+        sub = rest
+        while True:
+            b = sub | low
+            if cost[b] + layers[j - 1][mask ^ b] == layers[j][mask]:
+                break
+            sub = (sub - 1) & rest
+        for g in range(m):
+            if b >> g & 1:
+                block_of[g] = block
+        block += 1
+        mask ^= b
+        j -= 1
+    return number_channels(block_of[which], ids)
+
+
+def exact_by_enumeration(hits: BoolMatrix, k: int) -> int:
+    """The oracle of :func:`exact`: the least FP over every labelling of the subscriptions with K labels."""
+    n = len(hits)
+    sizes = hits.sum(axis=1)
+    best = None
+    for labels in itertools.product(range(k), repeat=n):
+        lab = np.array(labels)
+        fp = 0
+        for c in set(labels):
+            members = lab == c
+            fp += int(members.sum()) * int(hits[members].any(axis=0).sum()) - int(sizes[members].sum())
+        best = fp if best is None else min(best, fp)
+    assert best is not None
+    return best
+
+
+def join_isolated(hits: BoolMatrix, labels: Labels, ids: Sequence[str], k: int) -> Labels:
+    """The join rule: each unplaced subscription (label −1), in id order, joins the channel c in
+    0..K−1 (empty ones included) of least ΔFP(c) = |U_c \\ M(s)| + |S_c| · |M(s) \\ U_c|, the lowest c
+    on a tie. Placed subscriptions keep their labels, which must lie in 0..K−1."""
+    labels = labels.copy()
+    carried = np.zeros((k, hits.shape[1]), dtype=bool)
+    size = np.zeros(k, dtype=np.int64)
+    for i, c in enumerate(labels.tolist()):
+        if c >= 0:
+            carried[c] |= hits[i]
+            size[c] += 1
+    for i in sorted((i for i in range(len(labels)) if labels[i] < 0), key=lambda i: ids[i]):
+        row = hits[i]
+        delta = (carried & ~row).sum(axis=1) + size * (row & ~carried).sum(axis=1)
+        c = int(np.argmin(delta))
+        labels[i] = c
+        carried[c] |= row
+        size[c] += 1
+    return labels
+
+
+def _clustered_then_joined(
+    hits: BoolMatrix, weights: FloatMatrix, k: int, ids: Sequence[str], embed: str, seed: int, sigma: float | None
+) -> Labels:
+    """Cluster the non-isolated subscriptions of ``weights`` on an embedding, number the clusters by
+    smallest id, then place the isolated ones by :func:`join_isolated`."""
+    n = len(hits)
+    lonely = isolated(weights)
+    inner = np.flatnonzero(~lonely)
+    labels = np.full(n, -1, dtype=np.int64)
+    if len(inner):
+        w = weights[np.ix_(inner, inner)]
+        points = _ncut_embedding(w, k, sigma) if embed == "ncut" else _rassoc_embedding(w, k)
+        found = kmeans(points, k, seed)
+        labels[inner] = number_channels(found, [ids[int(i)] for i in inner])
+    return join_isolated(hits, labels, ids, k)
+
+
+def _ncut_embedding(w: FloatMatrix, k: int, sigma: float | None) -> FloatMatrix:
+    a = np.where(w > 0, np.exp(-(1.0 - w) / sigma**2), 0.0) if sigma is not None else w
+    d = a.sum(axis=1)
+    scale = 1.0 / np.sqrt(d)
+    normal = scale[:, None] * a * scale[None, :]
+    _, vectors = np.linalg.eigh((normal + normal.T) / 2)
+    top = min(k, len(w))
+    u = vectors[:, ::-1][:, :top]  # eigh sorts ascending: the K largest eigenvalues
+    norms = np.linalg.norm(u, axis=1)
+    return np.asarray(np.divide(u, norms[:, None], out=np.zeros_like(u), where=norms[:, None] > 0))
+
+
+def _rassoc_embedding(w: FloatMatrix, k: int) -> FloatMatrix:
+    centred = w - w.mean(axis=1, keepdims=True)  # subtract the mean column from every column
+    _, singular, vt = np.linalg.svd(centred)
+    tol = singular.max(initial=0.0) * max(centred.shape) * np.finfo(float).eps
+    keep = np.flatnonzero(singular > tol)[:k]
+    if len(keep) == 0:
+        return np.zeros((len(w), 1))
+    return np.asarray((singular[keep, None] * vt[keep]).T)
+
+
+def spectral_ncut(
+    hits: BoolMatrix, similarity: FloatMatrix, k: int, ids: Sequence[str], seed: int, sigma: float | None = None
+) -> Labels:
+    """Tariq Alg. 5 with Eq. 3.2: top-K eigenvectors of D^−1/2 A D^−1/2, rows scaled to unit length,
+    k-means; isolated subscriptions by the join rule. With ``sigma``, A = exp(−(1 − J)/σ²) where J > 0."""
+    return number_channels(_clustered_then_joined(hits, similarity, k, ids, "ncut", seed, sigma), ids)
+
+
+def spectral_rassoc(hits: BoolMatrix, similarity: FloatMatrix, k: int, ids: Sequence[str], seed: int) -> Labels:
+    """Tariq Alg. 5 with Eq. 3.1: Y = Λ_K V_K^T of the column-centred J, k-means on Y's columns;
+    isolated subscriptions by the join rule."""
+    return number_channels(_clustered_then_joined(hits, similarity, k, ids, "rassoc", seed, None), ids)
+
+
+def kmeans_on_rows(similarity: FloatMatrix, k: int, ids: Sequence[str], seed: int) -> Labels:
+    """The ablation ``kmeans``: k-means on the rows of J, no embedding, no join rule."""
+    return number_channels(kmeans(similarity, k, seed), ids)
+
+
+def _allowed(filt: Filter, domains: Mapping[str, Domain]) -> list[set[int]]:
+    """Per declared attribute (name order), the positions of the values all of ``filt``'s predicates accept."""
+    out = []
+    for name in sorted(domains):
+        dom = domains[name]
+        preds = [p for p in filt.predicates if p.attribute == name]
+        out.append(
+            {pos for v, pos in zip(dom.values, dom.positions, strict=True) if all(p.matches(True, v) for p in preds)}
+        )
+    return out
+
+
+def ck_coordinates(filters: Sequence[Filter], domains: Mapping[str, Domain]) -> FloatMatrix:
+    """CK's point per subscription: per declared attribute, (mean allowed position − first) / (last − first),
+    0.5 when nothing is allowed or the domain has one value.
+
+    >>> from routing.matching.language import parse_filter
+    >>> ck_coordinates([parse_filter("x < 2")], {"x": Domain((0, 1, 2, 3, 4), (0, 1, 2, 3, 4))}).tolist()
+    [[0.125]]
+    """
+    names = sorted(domains)
+    rows = []
+    for filt in filters:
+        row = []
+        for name, allowed in zip(names, _allowed(filt, domains), strict=True):
+            first, last = domains[name].positions[0], domains[name].positions[-1]
+            row.append(0.5 if not allowed or last == first else (sum(allowed) / len(allowed) - first) / (last - first))
+        rows.append(row)
+    return np.array(rows, dtype=np.float64).reshape(len(filters), len(names))
+
+
+def ck(filters: Sequence[Filter], domains: Mapping[str, Domain], k: int, ids: Sequence[str], seed: int) -> Labels:
+    """The structural baseline CK: k-means on the centroids of the subscriptions' regions."""
+    return number_channels(kmeans(ck_coordinates(filters, domains), k, seed), ids)
+
+
+def overlap(filters: Sequence[Filter], domains: Mapping[str, Domain]) -> FloatMatrix:
+    """O(i, j) = vol(A_i ∩ A_j) / vol(A_i ∪ A_j), vol the product of allowed-value counts; O(i, i) = 0."""
+    allowed = [_allowed(f, domains) for f in filters]
+    n = len(filters)
+    vol = [float(np.prod([len(a) for a in sets])) for sets in allowed]
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1, n):
+            inter = float(np.prod([len(a & b) for a, b in zip(allowed[i], allowed[j], strict=True)]))
+            union = vol[i] + vol[j] - inter
+            out[i, j] = out[j, i] = inter / union if union > 0 else 0.0
+    return out
+
+
+def ov(
+    hits: BoolMatrix,
+    filters: Sequence[Filter],
+    domains: Mapping[str, Domain],
+    k: int,
+    ids: Sequence[str],
+    seed: int,
+    sigma: float | None = None,
+) -> Labels:
+    """The structural baseline OV: the ``spectral-ncut`` steps on the overlap O instead of J."""
+    return spectral_ncut(hits, overlap(filters, domains), k, ids, seed, sigma)
+
+
+def net_waste_induced(members_a: int, carried_a: set[int], members_b: int, carried_b: set[int]) -> int:
+    """NWI(a, b) = |S_a| · |U_b \\ U_a| + |S_b| · |U_a \\ U_b| with sets: the FP that merging a and b adds.
+
+    >>> net_waste_induced(2, {1, 2}, 1, {2, 3})
+    3
+    """
+    return members_a * len(carried_b - carried_a) + members_b * len(carried_a - carried_b)
+
+
+def approx(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WINDOW) -> Labels:
+    """Opyrchal's approximation: from the ideal channels, merge the pair of least NWI among the first
+    ``window`` channels ordered by (|U_c| ascending, Σ|M(s)| descending, smallest member id), ties to the
+    lexicographically first positions, until at most K channels remain."""
+    _, which = _distinct_rows(hits)
+    sizes = hits.sum(axis=1)
+    channels = []
+    for g in range(int(which.max()) + 1):
+        members = [int(i) for i in np.flatnonzero(which == g)]
+        channels.append((members, hits[members].any(axis=0), int(sizes[members].sum()), min(ids[i] for i in members)))
+    while len(channels) > k:
+        channels.sort(key=lambda ch: (int(ch[1].sum()), -ch[2], ch[3]))
+        top = channels[: min(window, len(channels))]
+        u = np.array([ch[1] for ch in top], dtype=np.int64)
+        s = np.array([len(ch[0]) for ch in top], dtype=np.int64)
+        only = (1 - u) @ u.T  # only[a, b] = |U_b \ U_a|
+        nwi = s[:, None] * only + s[None, :] * only.T
+        nwi[np.tril_indices(len(top))] = np.iinfo(np.int64).max
+        a, b = divmod(int(np.argmin(nwi)), len(top))  # row-major: the lexicographically first (i, j)
+        ma, mb = channels[a], channels[b]
+        merged = (ma[0] + mb[0], ma[1] | mb[1], ma[2] + mb[2], min(ma[3], mb[3]))
+        channels = [ch for pos, ch in enumerate(channels) if pos not in (a, b)] + [merged]
+    labels = np.empty(len(hits), dtype=np.int64)
+    for c, ch in enumerate(channels):
+        labels[ch[0]] = c
+    return number_channels(labels, ids)

@@ -1,0 +1,164 @@
+"""``siftstream plan channels`` without the command line: one instance in, the output document out.
+
+Runs one method of docs/reference/channels.md §4 on a :class:`ChannelInstance`, recomputes
+every number of the plan from scratch (:func:`~routing.channels.match_sets.plan_metrics`) and
+builds the document of §5, keys in the contract's order. ``auto`` runs the bounded methods in
+table order while the time budget lasts (``flooding`` always) and keeps the fewest false
+positives, the first in table order on a tie.
+
+Examples
+--------
+>>> doc = {"k": 2, "subscriptions": [
+...     {"subscription_id": "s1", "subscriber_id": "u1", "filter": "price < 10"},
+...     {"subscription_id": "s2", "subscriber_id": "u2", "filter": "price < 20"}],
+...     "events": [{"event_id": "e1", "attributes": {"price": 5}}]}
+>>> out = plan_channels(ChannelInstance.from_json(doc), "flooding")
+>>> out["assignment"], out["summary"]["false_positives"]
+({'s1': 0, 's2': 0}, 0)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from routing.channels.instance import ChannelError, ChannelInstance, ExactLimitError
+from routing.channels.match_sets import derive_hits, plan_metrics
+from routing.channels.methods import (
+    BOUNDED_METHODS,
+    CHANNEL_METHODS,
+    approx,
+    ck,
+    exact,
+    flooding,
+    ideal,
+    kmeans_on_rows,
+    ov,
+    spectral_ncut,
+    spectral_rassoc,
+)
+from routing.channels.similarity import jaccard, recent_windows
+
+__all__ = ["DEFAULT_BUDGET_MS", "DEFAULT_METHOD", "PreparedInstance", "plan_channels", "run_method"]
+
+DEFAULT_METHOD = "spectral-ncut"
+DEFAULT_BUDGET_MS = 2000
+
+
+@dataclass
+class PreparedInstance:
+    """An instance with its match matrix and (lazily) its similarity J."""
+
+    instance: ChannelInstance
+    hits: npt.NDArray[np.bool_]
+    _similarity: npt.NDArray[np.float64] | None = None
+
+    @classmethod
+    def of(cls, instance: ChannelInstance) -> PreparedInstance:
+        return cls(instance, derive_hits(instance.filters, instance.events))
+
+    @property
+    def similarity(self) -> npt.NDArray[np.float64]:
+        if self._similarity is None:
+            self._similarity = jaccard(recent_windows(self.hits, self.instance.psi))
+        return self._similarity
+
+
+def run_method(prep: PreparedInstance, method: str, sigma: float | None = None) -> npt.NDArray[np.int64]:
+    """The labels (final channel numbers) of one method other than ``auto``."""
+    inst, hits = prep.instance, prep.hits
+    ids, k, seed = inst.subscription_ids, inst.k, inst.seed
+    if method == "flooding":
+        return flooding(len(ids))
+    if method == "ideal":
+        return ideal(hits, ids)
+    if method == "exact":
+        return exact(hits, k, ids)
+    if method in ("ck", "ov"):
+        inst.require_domains(method)
+        if method == "ck":
+            return ck(inst.filters, inst.domains, k, ids, seed)
+        return ov(hits, inst.filters, inst.domains, k, ids, seed, sigma)
+    if method == "kmeans":
+        return kmeans_on_rows(prep.similarity, k, ids, seed)
+    if method == "spectral-rassoc":
+        return spectral_rassoc(hits, prep.similarity, k, ids, seed)
+    if method == "spectral-ncut":
+        return spectral_ncut(hits, prep.similarity, k, ids, seed, sigma)
+    if method == "approx":
+        return approx(hits, k, ids)
+    raise ChannelError(f"unknown method {method!r}: one of {', '.join(CHANNEL_METHODS)}")
+
+
+def plan_channels(
+    instance: ChannelInstance,
+    method: str = DEFAULT_METHOD,
+    sigma: float | None = None,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+) -> dict[str, Any]:
+    """The output document of docs/reference/channels.md §5 for one method.
+
+    Raises
+    ------
+    ChannelError
+        An unknown method, a bad ``sigma`` or budget, ``ck``/``ov`` without the domains they need.
+    ExactLimitError
+        ``exact`` beyond its limit.
+    """
+    started = time.perf_counter()
+    if method not in CHANNEL_METHODS:
+        raise ChannelError(f"unknown method {method!r}: one of {', '.join(CHANNEL_METHODS)}")
+    if sigma is not None and (isinstance(sigma, bool) or not math.isfinite(sigma) or sigma <= 0):
+        raise ChannelError(f"sigma must be a number > 0, got {sigma}")
+    if isinstance(budget_ms, bool) or not math.isfinite(budget_ms) or budget_ms < 0:
+        raise ChannelError(f"budget-ms must be a number >= 0, got {budget_ms}")
+    prep = PreparedInstance.of(instance)
+    extra: dict[str, Any] = {}
+    if method == "auto":
+        candidates: dict[str, int] = {}
+        best: tuple[int, str, npt.NDArray[np.int64]] | None = None
+        for candidate in BOUNDED_METHODS:
+            if candidates and (time.perf_counter() - started) * 1000 > budget_ms:
+                break
+            try:
+                labels = run_method(prep, candidate, sigma)
+            except (ExactLimitError, ChannelError):
+                continue  # exact beyond its limit, ck/ov without domains: not a candidate
+            fp = plan_metrics(prep.hits, labels).false_positives
+            candidates[candidate] = fp
+            if best is None or fp < best[0]:
+                best = (fp, candidate, labels)
+        assert best is not None
+        labels = best[2]
+        extra = {"chosen": best[1], "candidates": candidates}
+    else:
+        labels = run_method(prep, method, sigma)
+    metrics = plan_metrics(prep.hits, labels)
+    ids, event_ids = instance.subscription_ids, instance.event_ids
+    doc: dict[str, Any] = {
+        "method": method,
+        "k": instance.k,
+        "psi": instance.psi,
+        "seed": instance.seed,
+        "bounded": method != "ideal",
+        **extra,
+        "assignment": {sid: int(labels[i]) for i, sid in sorted(enumerate(ids), key=lambda p: p[1])},
+        "channels": [
+            {
+                "channel": c,
+                "subscriptions": sorted(ids[i] for i in members),
+                "events": [event_ids[j] for j in events],
+                "deliveries": deliveries,
+                "false_positives": fp,
+            }
+            for c, (members, events, deliveries, fp) in enumerate(metrics.channels)
+        ],
+        "summary": metrics.summary(),
+    }
+    doc["elapsed_ms"] = round((time.perf_counter() - started) * 1000)
+    return doc
