@@ -384,9 +384,9 @@ def approx(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WI
     while len(channels) > k:
         channels.sort(key=lambda ch: (int(ch[1].sum()), -ch[2], ch[3]))
         top = channels[: min(window, len(channels))]
-        u = np.array([ch[1] for ch in top], dtype=np.int64)
+        u = np.array([ch[1] for ch in top], dtype=np.float64)  # BLAS; counts stay exact below 2^53
         s = np.array([len(ch[0]) for ch in top], dtype=np.int64)
-        only = (1 - u) @ u.T  # only[a, b] = |U_b \ U_a|
+        only = np.rint((1.0 - u) @ u.T).astype(np.int64)  # only[a, b] = |U_b \ U_a|
         nwi = s[:, None] * only + s[None, :] * only.T
         nwi[np.tril_indices(len(top))] = np.iinfo(np.int64).max
         a, b = divmod(int(np.argmin(nwi)), len(top))  # row-major: the lexicographically first (i, j)
