@@ -281,3 +281,73 @@ def test_matcher_and_its_oracle_agree_on_the_clustered_workload() -> None:
     assert np.array_equal(
         derive_hits(instance.filters, instance.events), derive_hits_by_filters(instance.filters, instance.events)
     )
+
+
+def approx_by_sets(hits: np.ndarray, k: int, ids: list[str]) -> list[int]:
+    """The plain twin of ``approx``: channels as (members, carried) sets, the contract's steps one by one."""
+    sets = [frozenset(np.flatnonzero(row).tolist()) for row in hits]
+    groups: dict[frozenset[int], list[int]] = {}
+    for i, s in enumerate(sets):
+        groups.setdefault(s, []).append(i)
+    channels = [(members, set(carried)) for carried, members in groups.items()]
+    while len(channels) > k:
+        channels.sort(key=lambda ch: (len(ch[1]), -sum(len(sets[i]) for i in ch[0]), min(ids[i] for i in ch[0])))
+        top = channels[: min(100, len(channels))]
+        best = None
+        for i, j in itertools.combinations(range(len(top)), 2):
+            cost = net_waste_induced(len(top[i][0]), top[i][1], len(top[j][0]), top[j][1])
+            if best is None or cost < best[0]:
+                best = (cost, i, j)
+        assert best is not None
+        _, i, j = best
+        merged = (channels[i][0] + channels[j][0], channels[i][1] | channels[j][1])
+        channels = [ch for pos, ch in enumerate(channels) if pos not in (i, j)] + [merged]
+    labels = np.empty(len(ids), dtype=np.int64)
+    for c, (members, _) in enumerate(channels):
+        labels[members] = c
+    return number_channels(labels, ids).tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(hit_matrices, st.integers(1, 4))
+def test_approx_equals_its_plain_twin(rows: list[list[bool]], k: int) -> None:
+    hits = np.array(rows, dtype=bool)
+    ids = [f"s{i}" for i in range(len(rows))][::-1]  # ids not in input order: the numbering matters
+    assert approx(hits, k, ids).tolist() == approx_by_sets(hits, k, ids)
+
+
+predicates = st.sampled_from(
+    ["x < 3", "x >= 2", "x between 1 and 4", "y = 'a'", "y in ('a', 'b')", "x = 5", "y != 'c'"]
+)
+filters = st.lists(predicates, min_size=1, max_size=2, unique=True).map(" and ".join)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(filters, min_size=1, max_size=7),
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from("abc")), min_size=1, max_size=12),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(0, 3),
+)
+def test_every_method_gives_a_valid_plan_with_exact_numbers(
+    subs: list[str], events: list[tuple[int, str]], k: int, psi: int, seed: int
+) -> None:
+    doc = {
+        "k": k,
+        "psi": psi,
+        "seed": seed,
+        "domains": {"x": {"min": 0, "max": 5}, "y": {"values": ["a", "b", "c"]}},
+        "subscriptions": [{"subscription_id": f"s{i}", "subscriber_id": "u", "filter": f} for i, f in enumerate(subs)],
+        "events": [{"event_id": f"e{j}", "attributes": {"x": x, "y": y}} for j, (x, y) in enumerate(events)],
+    }
+    instance = ChannelInstance.from_json(doc)
+    fps = {}
+    for method in CHANNEL_METHODS:
+        out = plan_channels(instance, method, sigma=0.5 if seed == 3 else None)
+        check_plan(out, instance)
+        fps[method] = out["summary"]["false_positives"]
+    assert fps["ideal"] == 0
+    assert all(fps["exact"] <= fp for m, fp in fps.items() if m != "ideal")
+    assert fps["auto"] == min(fp for m, fp in fps.items() if m not in ("ideal", "auto"))
+    assert all(fp <= fps["flooding"] for m, fp in fps.items() if m in ("exact", "approx"))
