@@ -727,10 +727,11 @@ def _plan_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "plan",
         help="offline planning: distribution routes, composite placement, random instances, plan checks",
-        description="Offline planning on one JSON document. distribution: min-cost routes under policy "
-        "constraints (docs/reference/distribution.md); placement: where to detect a composite subscription "
+        description="Offline planning. distribution: min-cost routes under policy constraints "
+        "(docs/reference/distribution.md); placement: where to detect a composite subscription "
         "(docs/reference/placement.md); instance: a random distribution instance; check: verify a distribution "
-        "plan.",
+        "plan; channels: group subscriptions into at most K delivery channels; groups: the multicast groups "
+        "each delivery scheme needs (docs/reference/channels.md).",
     )
     plan = p.add_subparsers(dest="action", required=True)
 

@@ -187,8 +187,8 @@ def test_each_plan_command_has_its_own_help_methods_and_docs_page(
     for method in others:
         assert method not in text
     listing = _help(["plan"], capsys)
-    assert "{distribution,placement,instance,check}" in listing
-    assert "docs/reference/distribution.md" in listing and "docs/reference/placement.md" in listing
+    assert "{distribution,placement,channels,instance,check,groups}" in listing
+    assert all(f"docs/reference/{page}.md" in listing for page in ("distribution", "placement", "channels"))
 
 
 def test_a_plan_command_refuses_the_other_commands_methods(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
