@@ -1,0 +1,310 @@
+"""Benchmark of the channel planner: false positives of every method, and the time to re-cluster.
+
+Workloads (printed with the numbers; all from ``--seed``):
+
+- **WL1** and **WL2** (preset ``clusters``, Tariq §3.3.2 and §3.6, the preset's thesis
+  parameters): 5 integer attributes ``x1..x5`` on [0, 30], each subscription a box of
+  ``between`` predicates sized so an event matches ~5% of subscriptions; WL1 uniform, WL2 five
+  Zipf-popular hotspots. Domains for ``ck``/``ov``: ``x1..x5`` = {min 0, max 30}.
+- **Gryphon 0.78** and **Gryphon 0.88** (preset ``gryphon``, Opyrchal et al. §3.1): 15 attributes
+  ``a0..a14`` x 4 Zipf values, equality or don't-care, decay 0.78 (~2% match rate) or 0.88
+  (~0.2%). Domains: ``a0..a14`` = {min 1, max 4} (no regionalism, so no ``region``).
+
+Part 1, false positives. Per workload, ``--subs`` subscriptions and a sample of ``--events``
+events (psi = ``--psi``), for each K in ``--ks``: FP of every bounded method (flooding, exact,
+ck, ov, kmeans, spectral-rassoc, spectral-ncut, approx) computed on one shared match matrix and
+similarity (the ``ov`` overlap matrix is built once per workload), then ``auto`` through
+``plan_channels`` with its default budget (its own full run, timed: it shows which method it
+chose and how many candidates fitted in the budget). ``exact`` runs only when the instance has at
+most ``EXACT_LIMIT`` distinct match sets (else ``n/a``). Each line gives, for spectral-ncut
+(``ncut``) and spectral-rassoc (``rassoc``), the reduction 1 - FP(method)/FP(baseline) against
+``ck`` and ``ov``. The last line counts, per method, the instances where it had the fewest FP
+(ties count for every tied method; ``auto`` is left out: it is a choice among the others).
+
+Part 2, time. On Gryphon 0.88 samples of ``--scale-sizes`` subscriptions (``--scale-events``
+events), the time to derive the match matrix (``derive_hits``), the similarity J, and to
+re-cluster with spectral-ncut (J included), approx, and auto (default budget, its own full run;
+no domains, so ck/ov are not candidates). The issue's target is N = 32,000 in <= 2 s.
+spectral-ncut, kmeans and auto build a dense N x N J (float64: 8 N^2 bytes per copy, ~3 copies
+while J is built); a size whose J would not fit in ``--max-dense-gb`` is capped (printed
+``capped``), not run. The match matrix is measured at every size, approx up to
+``--approx-max-distinct`` distinct match sets, auto up to ``--auto-max`` subscriptions (its
+k-means candidate alone takes many seconds beyond). Then the join rule
+(``routing.channels.methods.join_isolated``, target <= 1 ms per placement): it is a batch
+function (it rebuilds every channel's union before placing the unplaced subscriptions), so it
+is timed two ways over ``--placements`` new subscriptions on the largest uncapped size: one
+``join_isolated`` call per new subscription (everything else placed by spectral-ncut), and its
+per-subscription step alone (ΔFP over the K channels, argmin, update) on kept unions.
+
+Times are wall clock on this machine; in part 2 the best of ``--repeat`` runs (auto: one run). No assertion on time.
+
+Run: ``.venv/bin/python bench/channels.py`` (a few minutes; ``--quick``: small sizes, seconds).
+Readings: docs/results/channels.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from producers.workloads import ClustersWorkload, GryphonWorkload
+from routing.channels import (
+    EXACT_LIMIT,
+    ChannelInstance,
+    derive_hits,
+    exact,
+    jaccard,
+    join_isolated,
+    plan_channels,
+    plan_metrics,
+    recent_windows,
+)
+from routing.channels.methods import (
+    _distinct_rows,
+    approx,
+    ck,
+    flooding,
+    kmeans_on_rows,
+    overlap,
+    spectral_ncut,
+    spectral_rassoc,
+)
+
+METHODS = ("flooding", "exact", "ck", "ov", "kmeans", "spectral-rassoc", "spectral-ncut", "approx")
+SHORT = {
+    "flooding": "flood",
+    "exact": "exact",
+    "ck": "ck",
+    "ov": "ov",
+    "kmeans": "kmeans",
+    "spectral-rassoc": "rassoc",
+    "spectral-ncut": "ncut",
+    "approx": "approx",
+}
+
+
+def workload(name: str, subs: int, seed: int) -> tuple[Any, dict[str, Any], str]:
+    """The preset, its ``domains`` document and a one-line description."""
+    if name in ("WL1", "WL2"):
+        w = ClustersWorkload(subscriptions=subs, distribution=name, seed=seed)
+        doms = {f"x{d + 1}": {"min": 0, "max": 30} for d in range(w.dims)}
+        shape = "uniform" if name == "WL1" else "5 Zipf hotspots"
+        desc = f"{name}: clusters preset, {subs} subs, 5 dims on [0,30], match rate 5%, {shape}"
+        return w, doms, desc
+    decay = float(name.split()[-1])
+    w = GryphonWorkload(brokers=1, clients_per_broker=max(1, subs // 5), subs_per_client=5, decay=decay, seed=seed)
+    doms = {f"a{j}": {"min": 1, "max": 4} for j in range(w.k)}
+    desc = f"{name}: gryphon preset, {len(w.sub_matrix)} subs, 15 attrs x 4 Zipf values, decay {decay}"
+    return w, doms, desc
+
+
+def instance(w: Any, doms: dict[str, Any], events: int, k: int, psi: int, seed: int) -> ChannelInstance:
+    doc = {
+        "k": k,
+        "psi": psi,
+        "seed": seed,
+        "subscriptions": [
+            {"subscription_id": s["subscription_id"], "subscriber_id": s["subscriber_id"], "filter": s["filter"]}
+            for s in w.subscriptions()
+        ],
+        "events": [{"event_id": e["event_id"], "attributes": e["attributes"]} for e in w.batch(events)],
+        "domains": doms,
+    }
+    return ChannelInstance.from_json(doc)
+
+
+def reduction(fp: int | None, base: int | None) -> str:
+    if fp is None or base is None:
+        return "  n/a"
+    if base == 0:
+        return "  0/0" if fp == 0 else " -inf"
+    return f"{1 - fp / base:+.0%}".rjust(5)
+
+
+def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def fp_workload(name: str, args: argparse.Namespace, wins: dict[str, int]) -> int:
+    """Part 1 for one workload: a line per K; adds to ``wins``; returns the number of instances."""
+    instances = 0
+    w, doms, desc = workload(name, args.subs, args.seed)
+    base = instance(w, doms, args.events, 1, args.psi, args.seed)
+    t_hits, hits = timed(lambda b=base: derive_hits(b.filters, b.events))
+    t_sim, sim = timed(lambda h=hits: jaccard(recent_windows(h, args.psi)))
+    distinct = len(_distinct_rows(hits)[0])
+    ids, filters, domains = base.subscription_ids, base.filters, base.domains
+    t_ov, ov_w = timed(lambda f=filters, d=domains: overlap(f, d))
+    matched = int(hits.any(axis=0).sum())
+    print(
+        f"-- {desc}; {base.events.__len__()} events ({matched} matched), {hits.sum()} matches, "
+        f"{distinct} distinct match sets; hits {t_hits:.2f}s, J {t_sim:.2f}s, overlap O {t_ov:.2f}s"
+    )
+    header = " ".join(f"{SHORT[m]:>7}" for m in METHODS)
+    print(f"   {'K':>3} {header} | {'auto':>6} {'(chose, ran, s)':<26} | ncut/ck rassoc/ck ncut/ov rassoc/ov")
+    for k in args.ks:
+        fps: dict[str, int | None] = {}
+        secs: dict[str, float] = {}
+        runners: dict[str, Callable[[], Any]] = {
+            "flooding": lambda: flooding(len(ids)),
+            "exact": lambda k=k: exact(hits, k, ids) if distinct <= EXACT_LIMIT else None,
+            "ck": lambda k=k: ck(filters, domains, k, ids, args.seed),
+            "ov": lambda k=k: spectral_ncut(hits, ov_w, k, ids, args.seed),
+            "kmeans": lambda k=k: kmeans_on_rows(sim, k, ids, args.seed),
+            "spectral-rassoc": lambda k=k: spectral_rassoc(hits, sim, k, ids, args.seed),
+            "spectral-ncut": lambda k=k: spectral_ncut(hits, sim, k, ids, args.seed),
+            "approx": lambda k=k: approx(hits, k, ids),
+        }
+        for m in METHODS:
+            secs[m], labels = timed(runners[m])
+            fps[m] = None if labels is None else plan_metrics(hits, labels).false_positives
+        t_auto, doc = timed(lambda k=k: plan_channels(base.with_k(k), "auto"))
+        chose = f"({doc['chosen']}, {len(doc['candidates'])}/{len(METHODS)}, {t_auto:.1f}s)"
+        best = min(v for v in fps.values() if v is not None)
+        for m in METHODS:
+            if fps[m] == best:
+                wins[m] += 1
+        instances += 1
+        cells = " ".join(f"{'n/a' if fps[m] is None else fps[m]:>7}" for m in METHODS)
+        red = " ".join(
+            reduction(fps[a], fps[b]).rjust(width)
+            for (a, b), width in (
+                (("spectral-ncut", "ck"), 7),
+                (("spectral-rassoc", "ck"), 9),
+                (("spectral-ncut", "ov"), 7),
+                (("spectral-rassoc", "ov"), 9),
+            )
+        )
+        print(f"   {k:>3} {cells} | {doc['summary']['false_positives']:>6} {chose:<26} | {red}  [{name}]")
+        slow = ", ".join(f"{SHORT[m]} {secs[m]:.2f}s" for m in METHODS if secs[m] >= 0.5)
+        if slow:
+            print(f"       (methods over 0.5 s at K={k}: {slow}; ov excludes its overlap O)")
+    return instances
+
+
+def part_fp(args: argparse.Namespace) -> None:
+    print(f"== false positives: {args.subs} subs, {args.events} events, psi={args.psi}, K in {args.ks}")
+    print("   (reductions: 1 - FP(method)/FP(baseline); 'auto' = plan_channels(method='auto'), default budget)")
+    wins = dict.fromkeys(METHODS, 0)
+    instances = sum(fp_workload(name, args, wins) for name in args.workloads)
+    tally = ", ".join(f"{m} {wins[m]}" for m in METHODS)
+    print(f"== fewest FP over {instances} instances (ties count for each): {tally}")
+
+
+def part_time(args: argparse.Namespace) -> None:
+    k = args.scale_k
+    print(
+        f"== time to re-cluster, Gryphon 0.88, {args.scale_events} events, psi={args.psi}, K={k}; "
+        f"dense J capped at {args.max_dense_gb:g} GB (3 copies of 8 N^2 bytes); target N=32000 in <= 2 s"
+    )
+    print(f"   {'N':>6} {'hits s':>7} {'J s':>7} {'ncut s':>8} {'approx s':>9} {'auto s':>8}  auto chose")
+    keep: tuple[Any, ...] | None = None
+    for n in args.scale_sizes:
+        w, _, _ = workload("Gryphon 0.88", n, args.seed)
+        inst = instance(w, {}, args.scale_events, k, args.psi, args.seed)
+        ids = inst.subscription_ids
+        t_hits, hits = timed(lambda i=inst: derive_hits(i.filters, i.events), args.repeat)
+        distinct = len(_distinct_rows(hits)[0])
+        if distinct <= args.approx_max_distinct:
+            t_app, _ = timed(lambda h=hits, i=ids: approx(h, k, i), args.repeat)
+            app = f"{t_app:>9.2f}"
+        else:
+            app = f"{'capped':>9}"
+        fits = 3 * 8 * len(ids) ** 2 / 1e9 <= args.max_dense_gb
+        if fits:
+            t_sim, sim = timed(lambda h=hits: jaccard(recent_windows(h, args.psi)), args.repeat)
+            t_ncut, labels = timed(lambda h=hits, s=sim, i=ids: spectral_ncut(h, s, k, i, args.seed), args.repeat)
+            t_ncut += t_sim
+            if len(ids) <= args.auto_max:
+                t_auto, doc = timed(lambda i=inst: plan_channels(i, "auto"))
+                auto = f"{t_auto:>8.2f}  {doc['chosen']} (ran {', '.join(doc['candidates'])})"
+            else:
+                auto = f"{'capped':>8}  (N > --auto-max {args.auto_max})"
+            cells = f"{t_sim:>7.2f} {t_ncut:>8.2f} {app} {auto}"
+            keep = (hits, labels, ids, n)
+        else:
+            cells = f"{'capped':>7} {'capped':>8} {app} {'capped':>8}  (dense J ~{3 * 8 * len(ids) ** 2 / 1e9:.0f} GB)"
+        print(f"   {len(ids):>6} {t_hits:>7.2f} {cells}  [Gryphon 0.88, {hits.sum()} matches, {distinct} distinct]")
+    if keep is None:
+        return
+    hits, labels, ids, n = keep
+    rng = np.random.default_rng(args.seed)
+    new = rng.choice(len(ids), size=min(args.placements, len(ids)), replace=False)
+    t0 = time.perf_counter()
+    for i in new:
+        lab = labels.copy()
+        lab[i] = -1
+        join_isolated(hits, lab, ids, k)
+    per_call = (time.perf_counter() - t0) / len(new)
+    carried = np.zeros((k, hits.shape[1]), dtype=bool)
+    size = np.zeros(k, dtype=np.int64)
+    for i, c in enumerate(labels.tolist()):
+        carried[c] |= hits[i]
+        size[c] += 1
+    t0 = time.perf_counter()
+    for i in new:
+        row = hits[i]
+        delta = (carried & ~row).sum(axis=1) + size * (row & ~carried).sum(axis=1)
+        c = int(np.argmin(delta))
+        carried[c] |= row
+        size[c] += 1
+    per_step = (time.perf_counter() - t0) / len(new)
+    print(
+        f"== join rule, Gryphon 0.88, N={len(ids)}, {hits.shape[1]} events, K={k}, "
+        f"{len(new)} placements; target <= 1 ms"
+    )
+    print(f"   join_isolated call (rebuilds the K unions): {per_call * 1e3:.3f} ms per placement")
+    print(f"   its step alone on kept unions (ΔFP, argmin, update): {per_step * 1e3:.4f} ms per placement")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--subs", type=int, default=1000, help="subscriptions per FP instance")
+    ap.add_argument("--events", type=int, default=3000, help="events in each sample")
+    ap.add_argument("--psi", type=int, default=20, help="recent-event window psi")
+    ap.add_argument("--ks", default="8,16,32", help="K values (comma list)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale-sizes", default="1000,2000,4000,8000,32000", help="N for the timing part (comma list)")
+    ap.add_argument("--scale-events", type=int, default=2000, help="events in the timing samples")
+    ap.add_argument("--scale-k", type=int, default=16, help="K for the timing part")
+    ap.add_argument("--max-dense-gb", type=float, default=8.0, help="cap: largest 3 x 8 N^2 bytes to build J")
+    ap.add_argument(
+        "--approx-max-distinct", type=int, default=4000, help="cap: approx only up to this many distinct match sets"
+    )
+    ap.add_argument("--auto-max", type=int, default=2000, help="cap: auto only up to this N in the timing part")
+    ap.add_argument("--repeat", type=int, default=2, help="timing part: best of this many runs (auto: one)")
+    ap.add_argument("--placements", type=int, default=200, help="new subscriptions placed by the join rule")
+    ap.add_argument("--skip-fp", action="store_true", help="only the timing part")
+    ap.add_argument("--skip-time", action="store_true", help="only the FP part")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run of seconds)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.subs, args.events, args.ks = 200, 600, "8,16"
+        args.scale_sizes, args.scale_events, args.placements = "500,1000", 500, 50
+    args.ks = [int(x) for x in str(args.ks).split(",")]
+    args.scale_sizes = [int(x) for x in str(args.scale_sizes).split(",")]
+    args.workloads = ("WL1", "WL2", "Gryphon 0.78", "Gryphon 0.88")
+    started = time.perf_counter()
+    if not args.skip_fp:
+        part_fp(args)
+    if not args.skip_time:
+        part_time(args)
+    print(f"== total {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
