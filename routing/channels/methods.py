@@ -41,6 +41,7 @@ from routing.matching.language import Filter
 
 __all__ = [
     "APPROX_WINDOW",
+    "AUTO_RUN_ORDER",
     "BOUNDED_METHODS",
     "CHANNEL_METHODS",
     "EXACT_LIMIT",
@@ -77,6 +78,12 @@ CHANNEL_METHODS = (
 
 BOUNDED_METHODS = tuple(m for m in CHANNEL_METHODS if m not in ("ideal", "auto"))
 """The methods ``auto`` may choose among."""
+
+AUTO_RUN_ORDER = ("flooding", "exact", "spectral-ncut", "approx", "ck", "spectral-rassoc", "ov", "kmeans")
+"""The order ``auto`` runs its candidates in: cheapest first as N grows (``exact`` refuses at
+once beyond its limit; the dense ``ov`` overlap and ``kmeans`` on full similarity rows cost most),
+so that a budget spent early still leaves the strong candidates tried. Ties between candidates
+still go to the first in :data:`BOUNDED_METHODS` (the contract's table order)."""
 
 EXACT_LIMIT = 12
 """The most distinct match sets ``exact`` accepts (the contract requires at least 12)."""

@@ -30,6 +30,7 @@ import numpy.typing as npt
 from routing.channels.instance import ChannelError, ChannelInstance, ExactLimitError
 from routing.channels.match_sets import derive_hits, plan_metrics
 from routing.channels.methods import (
+    AUTO_RUN_ORDER,
     BOUNDED_METHODS,
     CHANNEL_METHODS,
     approx,
@@ -120,22 +121,19 @@ def plan_channels(
     prep = PreparedInstance.of(instance)
     extra: dict[str, Any] = {}
     if method == "auto":
-        candidates: dict[str, int] = {}
-        best: tuple[int, str, npt.NDArray[np.int64]] | None = None
-        for candidate in BOUNDED_METHODS:
-            if candidates and (time.perf_counter() - started) * 1000 > budget_ms:
+        results: dict[str, tuple[int, npt.NDArray[np.int64]]] = {}
+        for candidate in AUTO_RUN_ORDER:
+            if results and (time.perf_counter() - started) * 1000 > budget_ms:
                 break
             try:
                 labels = run_method(prep, candidate, sigma)
             except (ExactLimitError, ChannelError):
                 continue  # exact beyond its limit, ck/ov without domains: not a candidate
-            fp = plan_metrics(prep.hits, labels).false_positives
-            candidates[candidate] = fp
-            if best is None or fp < best[0]:
-                best = (fp, candidate, labels)
-        assert best is not None
-        labels = best[2]
-        extra = {"chosen": best[1], "candidates": candidates}
+            results[candidate] = (plan_metrics(prep.hits, labels).false_positives, labels)
+        tried = [m for m in BOUNDED_METHODS if m in results]  # the table's order: ties go to the first
+        chosen = min(tried, key=lambda m: results[m][0])
+        labels = results[chosen][1]
+        extra = {"chosen": chosen, "candidates": {m: results[m][0] for m in tried}}
     else:
         labels = run_method(prep, method, sigma)
     metrics = plan_metrics(prep.hits, labels)

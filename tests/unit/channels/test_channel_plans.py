@@ -351,3 +351,15 @@ def test_every_method_gives_a_valid_plan_with_exact_numbers(
     assert all(fps["exact"] <= fp for m, fp in fps.items() if m != "ideal")
     assert fps["auto"] == min(fp for m, fp in fps.items() if m not in ("ideal", "auto"))
     assert all(fp <= fps["flooding"] for m, fp in fps.items() if m in ("exact", "approx"))
+
+
+def test_auto_runs_every_bounded_method_once_cheapest_first_and_breaks_ties_by_the_table() -> None:
+    from routing.channels.methods import AUTO_RUN_ORDER
+
+    assert sorted(AUTO_RUN_ORDER) == sorted(BOUNDED_METHODS) and len(set(AUTO_RUN_ORDER)) == len(AUTO_RUN_ORDER)
+    out = plan_channels(ChannelInstance.from_json(EXAMPLE), "auto", budget_ms=0)
+    # a spent budget still runs the first candidate; no tie to break, flooding it is
+    assert out["candidates"] == {"flooding": 7} and out["chosen"] == "flooding"
+    full = plan_channels(ChannelInstance.from_json(EXAMPLE), "auto")
+    assert list(full["candidates"]) == list(BOUNDED_METHODS)
+    assert full["chosen"] == "exact"  # exact, ck, ov, spectral-ncut and approx all reach FP 3: the table's first
