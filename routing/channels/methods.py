@@ -45,6 +45,7 @@ __all__ = [
     "BOUNDED_METHODS",
     "CHANNEL_METHODS",
     "EXACT_LIMIT",
+    "ChannelUnions",
     "approx",
     "ck",
     "ck_coordinates",
@@ -227,24 +228,47 @@ def exact_by_enumeration(hits: BoolMatrix, k: int) -> int:
     return best
 
 
+class ChannelUnions:
+    """What each of K channels carries, kept between placements: the join rule one subscription
+    at a time.
+
+    ``carried[c]`` is U_c (a bool row over the sample's events) and ``size[c]`` is |S_c|.
+    :meth:`place` applies the join rule to one match set M(s): the channel c in 0..K-1 of least
+    ΔFP(c) = |U_c \\ M(s)| + |S_c| · |M(s) \\ U_c|, the lowest c on a tie, and adds s to it.
+
+    >>> unions = ChannelUnions(2, 3)
+    >>> unions.add(0, np.array([True, True, False]))
+    >>> unions.place(np.array([False, False, True])), unions.place(np.array([True, False, False]))
+    (1, 0)
+    """
+
+    def __init__(self, k: int, events: int) -> None:
+        self.carried = np.zeros((k, events), dtype=bool)
+        self.size = np.zeros(k, dtype=np.int64)
+
+    def add(self, channel: int, row: npt.NDArray[np.bool_]) -> None:
+        """Put a subscription with match set ``row`` on ``channel``."""
+        self.carried[channel] |= row
+        self.size[channel] += 1
+
+    def place(self, row: npt.NDArray[np.bool_]) -> int:
+        """The join rule for one subscription with match set ``row``: its channel, now joined."""
+        delta = (self.carried & ~row).sum(axis=1) + self.size * (row & ~self.carried).sum(axis=1)
+        channel = int(np.argmin(delta))
+        self.add(channel, row)
+        return channel
+
+
 def join_isolated(hits: BoolMatrix, labels: Labels, ids: Sequence[str], k: int) -> Labels:
-    """The join rule: each unplaced subscription (label −1), in id order, joins the channel c in
-    0..K−1 (empty ones included) of least ΔFP(c) = |U_c \\ M(s)| + |S_c| · |M(s) \\ U_c|, the lowest c
-    on a tie. Placed subscriptions keep their labels, which must lie in 0..K−1."""
+    """The join rule: each unplaced subscription (label −1), in id order, joins a channel by
+    :meth:`ChannelUnions.place`. Placed subscriptions keep their labels, which must lie in 0..K−1."""
     labels = labels.copy()
-    carried = np.zeros((k, hits.shape[1]), dtype=bool)
-    size = np.zeros(k, dtype=np.int64)
+    unions = ChannelUnions(k, hits.shape[1])
     for i, c in enumerate(labels.tolist()):
         if c >= 0:
-            carried[c] |= hits[i]
-            size[c] += 1
+            unions.add(c, hits[i])
     for i in sorted((i for i in range(len(labels)) if labels[i] < 0), key=lambda i: ids[i]):
-        row = hits[i]
-        delta = (carried & ~row).sum(axis=1) + size * (row & ~carried).sum(axis=1)
-        c = int(np.argmin(delta))
-        labels[i] = c
-        carried[c] |= row
-        size[c] += 1
+        labels[i] = unions.place(hits[i])
     return labels
 
 
