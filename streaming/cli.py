@@ -339,8 +339,11 @@ def cmd_plan_groups(args: argparse.Namespace) -> int:
     if args.budget is not None:
         if args.threshold is not None or args.neighbors is not None:
             raise ValueError("plan groups: --threshold and --neighbors go with --endpoints, not --budget")
-        out = {"clusters": args.clusters, "budget": args.budget}
-        out["cgm_max_endpoints"] = cgm_max_endpoints(args.budget, args.clusters)
+        out = {
+            "clusters": args.clusters,
+            "budget": args.budget,
+            "cgm_max_endpoints": cgm_max_endpoints(args.budget, args.clusters),
+        }
     else:
         out = group_counts(args.endpoints, args.clusters, threshold=args.threshold, neighbors=args.neighbors)
     print(json.dumps(out, indent=2))
