@@ -18,6 +18,7 @@ from dataclasses import dataclass
 __all__ = [
     "BROKER_TELEMETRY_TOPIC",
     "CHANNELS_TOPIC",
+    "CHANNEL_TOPIC_PREFIX",
     "COMPOSITES_TOPIC",
     "DAY_MS",
     "DEADLETTER_TOPIC",
@@ -34,6 +35,8 @@ __all__ = [
     "TOPICS",
     "TOPOLOGY_TOPIC",
     "TopicSpec",
+    "channel_spec",
+    "channel_topic",
 ]
 
 DAY_MS = 24 * 3600 * 1000
@@ -51,6 +54,7 @@ COMPOSITES_TOPIC = "siftstream.composites.v1"
 CHANNELS_TOPIC = "siftstream.channels.v1"
 QOS_TOPIC = "siftstream.qos.v1"
 DEADLETTER_TOPIC = "siftstream.deadletter.v1"
+CHANNEL_TOPIC_PREFIX = "siftstream.channel.v1."  # + the channel number: one delivery topic per channel
 
 
 @dataclass(frozen=True)
@@ -82,12 +86,14 @@ class TopicSpec:
     partitions: int = 2
     compacted: bool = False
     retention_ms: int = 7 * DAY_MS
+    max_message_bytes: int | None = None
 
     def config(self) -> dict[str, str]:
         """Topic-level Kafka configuration."""
+        extra = {} if self.max_message_bytes is None else {"max.message.bytes": str(self.max_message_bytes)}
         if self.compacted:
-            return {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
-        return {"cleanup.policy": "delete", "retention.ms": str(self.retention_ms)}
+            return {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", **extra}
+        return {"cleanup.policy": "delete", "retention.ms": str(self.retention_ms), **extra}
 
 
 _ALL = (
@@ -101,7 +107,8 @@ _ALL = (
     TopicSpec(ROUTES_TOPIC, "RoutePlan", "plan_id", "output", partitions=1),
     TopicSpec(PLACEMENTS_TOPIC, "Placement", "subscription_id", "output", partitions=1),
     TopicSpec(COMPOSITES_TOPIC, "CompositeDetection", "detection_id", "output"),
-    TopicSpec(CHANNELS_TOPIC, "Channel", "channel_id", "output", partitions=1),
+    # a planned version lists every subscription (about 2 MB at 100,000): room for 64 MB
+    TopicSpec(CHANNELS_TOPIC, "ChannelAssignment", "version", "output", partitions=1, max_message_bytes=64 << 20),
     TopicSpec(QOS_TOPIC, "QosReport", "<kind>:<id>", "output", partitions=1),
     TopicSpec(DEADLETTER_TOPIC, "DeadLetter", "dead_letter_id", "output", retention_ms=30 * DAY_MS),
 )
@@ -109,3 +116,23 @@ _ALL = (
 TOPICS: dict[str, TopicSpec] = {t.name: t for t in _ALL}
 INPUT_TOPICS: tuple[TopicSpec, ...] = tuple(t for t in _ALL if t.role == "input")
 OUTPUT_TOPICS: tuple[TopicSpec, ...] = tuple(t for t in _ALL if t.role == "output")
+
+
+def channel_topic(channel: int, prefix: str = "") -> str:
+    """The topic that carries delivery channel ``channel`` (docs/reference/delivery.md).
+
+    >>> channel_topic(3, "t.")
+    't.siftstream.channel.v1.3'
+    """
+    return f"{prefix}{CHANNEL_TOPIC_PREFIX}{channel}"
+
+
+def channel_spec(channel: int) -> TopicSpec:
+    """How a channel topic is laid out: one partition (one order for events and version
+    markers), a day's retention; values are ``Event`` records as published plus ``ChannelMarker``
+    records.
+
+    >>> channel_spec(0).partitions, channel_spec(0).schema
+    (1, 'Event')
+    """
+    return TopicSpec(channel_topic(channel), "Event", "event_id", "output", partitions=1, retention_ms=DAY_MS)

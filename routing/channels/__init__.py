@@ -25,6 +25,9 @@ methods
     rule and the numbering of channels.
 planner
     :func:`plan_channels`: one method (or ``auto``) on an instance, the output document.
+assignment
+    Assignment versions, the channels an event is written to, and the client's hand-over
+    (:class:`Assignment`, :class:`Follower`; docs/reference/delivery.md).
 
 Examples
 --------
@@ -39,6 +42,7 @@ Examples
 8
 """
 
+from routing.channels.assignment import LOBBY, Assignment, Follower
 from routing.channels.groups import cgm_max_endpoints, group_counts
 from routing.channels.instance import ChannelError, ChannelInstance, Domain, ExactLimitError
 from routing.channels.kmeans import kmeans
@@ -66,11 +70,14 @@ __all__ = [
     "DEFAULT_BUDGET_MS",
     "DEFAULT_METHOD",
     "EXACT_LIMIT",
+    "LOBBY",
+    "Assignment",
     "ChannelError",
     "ChannelInstance",
     "ChannelUnions",
     "Domain",
     "ExactLimitError",
+    "Follower",
     "PlanMetrics",
     "approx",
     "cgm_max_endpoints",
