@@ -24,7 +24,8 @@ methods
     flooding, ideal, exact, ck, ov, kmeans, spectral-rassoc, spectral-ncut, approx, the join
     rule and the numbering of channels.
 planner
-    :func:`plan_channels`: one method (or ``auto``) on an instance, the output document.
+    :func:`plan_channels`: one method (or ``auto``) on an instance, the output document;
+    :func:`recluster`: the same methods on a live sample's match matrix (the channels job).
 assignment
     Assignment versions, the channels an event is written to, and the client's hand-over
     (:class:`Assignment`, :class:`Follower`; docs/reference/delivery.md).
@@ -60,7 +61,7 @@ from routing.channels.methods import (
     net_waste_induced,
     number_channels,
 )
-from routing.channels.planner import DEFAULT_BUDGET_MS, DEFAULT_METHOD, plan_channels
+from routing.channels.planner import DEFAULT_BUDGET_MS, DEFAULT_METHOD, RECLUSTER_METHODS, plan_channels, recluster
 from routing.channels.similarity import isolated, jaccard, jaccard_by_sets, recent_windows
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "DEFAULT_METHOD",
     "EXACT_LIMIT",
     "LOBBY",
+    "RECLUSTER_METHODS",
     "Assignment",
     "ChannelError",
     "ChannelInstance",
@@ -96,4 +98,5 @@ __all__ = [
     "plan_metrics",
     "plan_metrics_by_sets",
     "recent_windows",
+    "recluster",
 ]

@@ -45,7 +45,15 @@ from routing.channels.methods import (
 )
 from routing.channels.similarity import jaccard, recent_windows
 
-__all__ = ["DEFAULT_BUDGET_MS", "DEFAULT_METHOD", "PreparedInstance", "plan_channels", "run_method"]
+__all__ = [
+    "DEFAULT_BUDGET_MS",
+    "DEFAULT_METHOD",
+    "RECLUSTER_METHODS",
+    "PreparedInstance",
+    "plan_channels",
+    "recluster",
+    "run_method",
+]
 
 DEFAULT_METHOD = "spectral-ncut"
 DEFAULT_BUDGET_MS = 2000
@@ -94,6 +102,58 @@ def run_method(prep: PreparedInstance, method: str, sigma: float | None = None) 
     if method == "approx":
         return approx(hits, k, ids)
     raise ChannelError(f"unknown method {method!r}: one of {', '.join(CHANNEL_METHODS)}")
+
+
+RECLUSTER_METHODS = tuple(m for m in BOUNDED_METHODS if m not in ("ck", "ov")) + ("auto",)
+
+
+def recluster(
+    hits: npt.NDArray[np.bool_],
+    ids: tuple[str, ...],
+    k: int,
+    method: str = DEFAULT_METHOD,
+    psi: int = 20,
+    seed: int = 0,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+) -> tuple[npt.NDArray[np.int64], str]:
+    """Channels for the match matrix of a live sample: what the channels job re-clusters with.
+
+    ``hits[i, j]`` says whether subscription ``ids[i]`` matched the sample's event j. The methods
+    are those of :func:`plan_channels` that need only the matches (``RECLUSTER_METHODS``; ``auto``
+    among them keeps the fewest false positives within ``budget_ms``). Returns the labels and the
+    method that made them.
+
+    >>> hits = np.array([[1, 0], [1, 0], [0, 1]], dtype=bool)
+    >>> labels, used = recluster(hits, ("a", "b", "c"), 2, "approx")
+    >>> labels.tolist(), used
+    ([0, 0, 1], 'approx')
+    """
+    if method not in RECLUSTER_METHODS:
+        raise ChannelError(f"unknown re-clustering method {method!r}: one of {', '.join(RECLUSTER_METHODS)}")
+    inst = ChannelInstance(k=k, psi=psi, seed=seed, subscription_ids=ids, filters=(), event_ids=(), events=())
+    prep = PreparedInstance(inst, hits)
+    if method != "auto":
+        return run_method(prep, method), method
+    started = time.perf_counter()
+    best: tuple[int, str, npt.NDArray[np.int64]] | None = None
+    for candidate in AUTO_RUN_ORDER:
+        if candidate not in RECLUSTER_METHODS:
+            continue
+        if best is not None and (time.perf_counter() - started) * 1000 > budget_ms:
+            break
+        try:
+            labels = run_method(prep, candidate)
+        except (ExactLimitError, ChannelError):
+            continue
+        fp = plan_metrics(hits, labels).false_positives
+        if (
+            best is None
+            or fp < best[0]
+            or (fp == best[0] and BOUNDED_METHODS.index(candidate) < BOUNDED_METHODS.index(best[1]))
+        ):
+            best = (fp, candidate, labels)
+    assert best is not None  # flooding always runs
+    return best[2], best[1]
 
 
 def plan_channels(
