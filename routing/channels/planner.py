@@ -104,7 +104,7 @@ def run_method(prep: PreparedInstance, method: str, sigma: float | None = None) 
     raise ChannelError(f"unknown method {method!r}: one of {', '.join(CHANNEL_METHODS)}")
 
 
-RECLUSTER_METHODS = tuple(m for m in BOUNDED_METHODS if m not in ("ck", "ov")) + ("auto",)
+RECLUSTER_METHODS = (*(m for m in BOUNDED_METHODS if m not in ("ck", "ov")), "auto")
 
 
 def recluster(
