@@ -9,6 +9,9 @@ the ids in rank order, as ``routing.matching.index.Matches.sorted_ranks`` gives 
   ``published_at`` copied from the decoded batch, and ``subscription_ids`` from each subscription
   id's encoded Avro string, kept per index version (the ids in rank order are the same array for
   every batch of one version), in rank order, which is plain string order (docs/reference/matching-log.md);
+- :func:`delivery_batch` returns the rows of delivery through channels (docs/reference/delivery.md):
+  each good event that matched, once per channel that carries one of its subscriptions, its
+  value as published, keyed by its event id, to the channel's topic;
 - :func:`output_batches` returns the rows that Spark's Kafka sink writes as they are
   (:data:`OUTPUT_SCHEMA`: topic, key, value): each good row's ``Match`` keyed by its event id, each
   bad row's ``DeadLetter`` (``schemas.rules.dead_letter``, the validation job's bytes) keyed
@@ -45,7 +48,15 @@ from schemas.fastenc import zigzag
 from schemas.rules import dead_letter
 from schemas.segments import Segments, assemble, const, entry_runs, len_prefixed, slotted, table, varints
 
-__all__ = ["OUTPUT_NAMES", "OUTPUT_SCHEMA", "Targets", "match_values", "output_batches"]
+__all__ = [
+    "OUTPUT_NAMES",
+    "OUTPUT_SCHEMA",
+    "Targets",
+    "delivery_batch",
+    "delivery_pairs",
+    "match_values",
+    "output_batches",
+]
 
 OUTPUT_SCHEMA = "topic string, key binary, value binary"  # what Spark's Kafka sink writes
 OUTPUT_NAMES = [f.split()[0] for f in OUTPUT_SCHEMA.split(", ")]
@@ -169,3 +180,50 @@ def output_batches(
             [topic.slice(lo, hi - lo), keys.slice(lo, hi - lo), values], names=OUTPUT_NAMES
         )
         lo = hi
+
+
+def delivery_pairs(
+    good: np.ndarray, offsets: np.ndarray, ranks: np.ndarray, channel_by_rank: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The (row, channel) pairs of delivery: for each good row, each channel of its matched
+    subscriptions once, rows ascending and channels ascending within a row.
+
+    ``channel_by_rank[r]`` is the channel of the subscription of rank ``r`` (the ranks of
+    ``Matches.sorted_ranks``).
+
+    >>> rows, chans = delivery_pairs(np.array([True, True, False]), np.array([0, 2, 3, 4]),
+    ...                              np.array([0, 1, 1, 0]), np.array([3, 1]))
+    >>> rows.tolist(), chans.tolist()
+    ([0, 0, 1], [1, 3, 1])
+    """
+    counts = np.diff(offsets)
+    rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    chans = channel_by_rank[ranks].astype(np.int64)
+    keep = good[rows]
+    rows, chans = rows[keep], chans[keep]
+    width = int(chans.max(initial=0)) + 1
+    pairs = np.unique(rows * width + chans)
+    return pairs // width, pairs % width
+
+
+def delivery_batch(
+    rb: pa.RecordBatch, events: DecodedEvents, rows: np.ndarray, chans: np.ndarray, topics: list[str]
+) -> pa.RecordBatch:
+    """The Kafka rows (:data:`OUTPUT_SCHEMA`) of the pairs of :func:`delivery_pairs`: the row's
+    value as published (``rb``'s ``value``), keyed by its event id, to ``topics[channel]``.
+
+    >>> from schemas.codec import codec_for
+    >>> from schemas.event_records import decode_rows
+    >>> ev = {"event_id": "e1", "publisher_id": "p", "published_at": 5, "lifetime_ms": 0, "attributes": {}}
+    >>> rb = pa.RecordBatch.from_arrays([pa.array([codec_for("Event").encode(ev)], pa.binary())], ["value"])
+    >>> events = decode_rows(rb.column("value"))
+    >>> out = delivery_batch(rb, events, np.array([0, 0]), np.array([0, 2]), ["c0", "c1", "c2"])
+    >>> out.column("topic").to_pylist(), out.column("key").to_pylist()
+    (['c0', 'c2'], [b'e1', b'e1'])
+    """
+    starts, lens = events.event_id
+    key_off, key_blob = gather_spans(events.data, starts[rows], lens[rows])
+    keys = pa.Array.from_buffers(pa.binary(), len(rows), [None, pa.py_buffer(key_off), pa.py_buffer(key_blob)])
+    values = rb.column("value").take(pa.array(rows, pa.int64()))
+    topic = pa.DictionaryArray.from_arrays(pa.array(chans.astype(np.int32)), pa.array(topics)).cast(pa.string())
+    return pa.RecordBatch.from_arrays([topic, keys, values.cast(pa.binary())], names=OUTPUT_NAMES)

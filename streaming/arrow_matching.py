@@ -15,7 +15,10 @@ match -> encode:
 4. encodes the Kafka rows to write, ready for Spark's Kafka sink (topic, key, value;
    ``schemas.match_records``): for a good row its whole ``Match`` record, single-object Avro
    (``subscription_ids`` sorted, per docs/reference/topics.md), keyed by event id; for a bad row its
-   ``DeadLetter`` (the validation job's bytes), keyed ``topic/partition/offset``.
+   ``DeadLetter`` (the validation job's bytes), keyed ``topic/partition/offset``;
+5. with delivery on (``ShipState.delivery``, a :class:`DeliveryShip`), adds each matched event's
+   delivery rows: its value as published, once to each channel topic that carries one of its
+   subscriptions under the installed assignment version (docs/reference/delivery.md).
 
 The composites job reads events decoded by the JVM, as typed map columns: :func:`event_batch`
 makes its ``EventBatch`` from those.
@@ -42,13 +45,42 @@ import pyarrow as pa
 from routing.matching.index import BruteForceIndex, EventBatch, MatchIndex
 from routing.matching.table import Delta, IndexReplica
 from schemas.event_records import attribute_columns, decode_rows, map_entries
-from schemas.match_records import Targets, match_values, output_batches
+from schemas.match_records import Targets, delivery_batch, delivery_pairs, match_values, output_batches
 from schemas.rules import VALUE_KINDS
 
-__all__ = ["INDEX_KINDS", "INPUT_COLUMNS", "ShipState", "event_batch", "match_batches", "replica_for"]
+__all__ = [
+    "INDEX_KINDS",
+    "INPUT_COLUMNS",
+    "DeliveryShip",
+    "ShipState",
+    "channels_by_rank",
+    "event_batch",
+    "match_batches",
+    "replica_for",
+]
 
 INPUT_COLUMNS = ("key", "value", "partition", "offset", "timestamp")  # of the events topic's Kafka rows
 INDEX_KINDS = {"match": MatchIndex, "brute-force": BruteForceIndex}
+
+
+@dataclass(frozen=True)
+class DeliveryShip:
+    """The installed assignment version, shipped with a micro-batch.
+
+    Attributes
+    ----------
+    version : int
+        The installed version (0: none yet, every subscription in the lobby).
+    topics : tuple of str
+        The channel topics, channel c's at index c.
+    members : object
+        Anything with a ``value`` attribute holding ``{subscription id: channel}`` (a Spark
+        broadcast on a cluster); subscriptions missing from it go to the lobby.
+    """
+
+    version: int
+    topics: tuple[str, ...]
+    members: Any
 
 
 @dataclass(frozen=True)
@@ -71,7 +103,9 @@ class ShipState:
     version : int
         The table version this micro-batch's events are matched against.
     counters : object, optional
-        Anything with ``add((events, rejected events, matches))`` (a Spark accumulator).
+        Anything with ``add((events, rejected events, matches, deliveries))`` (a Spark accumulator).
+    delivery : DeliveryShip, optional
+        Write delivery rows by this assignment version; None: no delivery.
     """
 
     job: str
@@ -81,6 +115,7 @@ class ShipState:
     deltas: tuple[Delta, ...]
     version: int
     counters: Any = None
+    delivery: DeliveryShip | None = None
 
 
 _REPLICAS: OrderedDict[str, IndexReplica] = OrderedDict()
@@ -98,6 +133,30 @@ def replica_for(ship: ShipState) -> IndexReplica:
     _REPLICAS.move_to_end(ship.job)
     replica.sync(ship.base_version, lambda: ship.base.value.items(), ship.deltas, ship.version)
     return replica
+
+
+_CHANNELS: list[Any] = [None, None, None]  # (ids in rank order, assignment version, channel per rank)
+
+
+def channels_by_rank(by_rank: Any, delivery: DeliveryShip) -> Any:
+    """The channel of each subscription in rank order, kept while the index version and the
+    assignment version are.
+
+    >>> import numpy as np
+    >>> ship = DeliveryShip(3, ("c0", "c1"), type("B", (), {"value": {"b": 1}})())
+    >>> channels_by_rank(np.array(["a", "b"], dtype=object), ship).tolist()
+    [0, 1]
+    """
+    import numpy as np
+
+    from routing.channels.assignment import LOBBY
+
+    if _CHANNELS[0] is by_rank and _CHANNELS[1] == delivery.version:
+        return _CHANNELS[2]
+    members = delivery.members.value
+    table = np.fromiter((members.get(s, LOBBY) for s in by_rank.tolist()), np.int64, len(by_rank))
+    _CHANNELS[:] = [by_rank, delivery.version, table]
+    return table
 
 
 def event_batch(maps: Mapping[str, pa.Array], n: int) -> EventBatch:
@@ -118,8 +177,15 @@ def match_batches(ship: ShipState, targets: Targets, batches: Iterator[pa.Record
             replica = replica_for(ship)
         events = decode_rows(rb.column("value"))
         matches = replica.index.match(EventBatch.from_columns(n, events.columns()))
+        offsets, ranks, by_rank = matches.sorted_ranks()
+        data, row_off = match_values(events, offsets, ranks, by_rank)
+        yield from output_batches(rb, events, data, row_off, targets)
+        delivered = 0
+        if ship.delivery is not None:
+            rows, chans = delivery_pairs(events.good, offsets, ranks, channels_by_rank(by_rank, ship.delivery))
+            delivered = len(rows)
+            if delivered:
+                yield delivery_batch(rb, events, rows, chans, list(ship.delivery.topics))
         if ship.counters is not None:
             good_count = int(events.good.sum())
-            ship.counters.add((good_count, n - good_count, int(matches.counts()[events.good].sum())))
-        data, row_off = match_values(events, *matches.sorted_ranks())
-        yield from output_batches(rb, events, data, row_off, targets)
+            ship.counters.add((good_count, n - good_count, int(matches.counts()[events.good].sum()), delivered))

@@ -471,11 +471,14 @@ def cmd_match_job(args: argparse.Namespace) -> int:
         trigger_interval=args.trigger_interval,
         index=args.index,
         stats_file=stats,
+        deliver=not args.no_delivery,
     )
     spark = _spark(args)
     print(
         f"[matching] {cfg.events_topic} x {cfg.subscriptions_topic} -> {cfg.matches_topic} "
-        f"(dead letters to {cfg.deadletter_topic}), checkpoint {cfg.checkpoint}",
+        f"(dead letters to {cfg.deadletter_topic})"
+        + ("" if args.no_delivery else ", delivery through the channel topics (docs/reference/delivery.md)")
+        + f", checkpoint {cfg.checkpoint}",
         file=sys.stderr,
     )
     history = run(spark, cfg, quiet=args.quiet)
@@ -484,7 +487,7 @@ def cmd_match_job(args: argparse.Namespace) -> int:
         f"[matching] {len(history)} micro-batches: {sum(b.events for b in history):,} events matched, "
         f"{sum(b.rejected_events for b in history):,} events and "
         f"{sum(b.rejected_subscriptions for b in history):,} subscription records dead-lettered, "
-        f"{sum(b.matches for b in history):,} matches",
+        f"{sum(b.matches for b in history):,} matches, {sum(b.deliveries for b in history):,} deliveries",
         file=sys.stderr,
     )
     return 0
@@ -1002,6 +1005,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["match", "brute-force"],
         default="match",
         help="match: the fast index; brute-force: the oracle, for checks (default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-delivery",
+        action="store_true",
+        help="write the matches only, no delivery through the channel topics (docs/reference/delivery.md)",
     )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_match_job)

@@ -82,6 +82,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from streaming.delivery import DeliveryStage
+
 __all__ = [
     "BatchStats",
     "MatchingBatch",
@@ -124,6 +126,9 @@ class MatchingConfig:
         per-batch deltas in between make a restore replay at most this many files).
     stats_file : Path, optional
         Append one JSON line per micro-batch (``BatchStats``: counts and timings).
+    deliver : bool
+        Also deliver matched events through the channel topics (``streaming.delivery``;
+        docs/reference/delivery.md).
     """
 
     conn: KafkaConnection
@@ -135,6 +140,7 @@ class MatchingConfig:
     index: str = "match"
     snapshot_every: int = 100
     stats_file: Path | None = None
+    deliver: bool = True
 
     def __post_init__(self) -> None:
         from streaming.arrow_matching import INDEX_KINDS
@@ -165,6 +171,10 @@ class MatchingConfig:
     @property
     def table_folder(self) -> Path:
         return self.checkpoint / "subscriptions"
+
+    @property
+    def delivery_folder(self) -> Path:
+        return self.checkpoint / "delivery"
 
 
 # ---- pure DataFrame transforms ----------------------------------------------------------------
@@ -280,20 +290,22 @@ class BatchStats:
     subscriptions: int = 0
     table_version: int = 0
     matches: int = 0
+    delivery_version: int = 0
+    deliveries: int = 0
     subscriptions_ms: float = 0.0
     write_ms: float = 0.0
     duration_ms: float = 0.0
     started_at_ms: int = 0
 
 
-class _TripleSum:
-    """Accumulator parameter: element-wise sums of ``(events, rejected events, matches)``."""
+class _Sums:
+    """Accumulator parameter: element-wise sums of ``(events, rejected events, matches, deliveries)``."""
 
-    def zero(self, value: tuple[int, int, int]) -> tuple[int, int, int]:
-        return (0, 0, 0)
+    def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
+        return (0, 0, 0, 0)
 
-    def addInPlace(self, a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
-        return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+    def addInPlace(self, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
 class _Shipper:
@@ -328,6 +340,11 @@ class MatchingBatch:
         self.offsets: dict[int, int] = {}  # the subscriptions topic's offsets the table has read to
         self.last_snapshot = -1
         self.shipper = _Shipper(spark, uuid.uuid4().hex, cfg.index)
+        self.delivery: DeliveryStage | None = None
+        if cfg.deliver:
+            from streaming.delivery import DeliveryStage
+
+            self.delivery = DeliveryStage(spark, cfg.conn, cfg.topic_prefix, cfg.delivery_folder, quiet)
         self.history: list[BatchStats] = []
 
     # -- subscriptions ------------------------------------------------------------------------
@@ -417,8 +434,10 @@ class MatchingBatch:
         # 2. + 3. ship the table, match the events on executors, one write of everything
         # (Spark's Observation never completes under the Kafka sink's batch write: its query runs
         # nested in a command. The Python workers count into an accumulator instead.)
-        counters = self.spark.sparkContext.accumulator((0, 0, 0), _TripleSum())
-        ship = dataclasses.replace(self.shipper.ship(self.table), counters=counters)
+        counters = self.spark.sparkContext.accumulator((0, 0, 0, 0), _Sums())
+        delivery = None if self.delivery is None else self.delivery.prepare(batch_id)
+        ship = dataclasses.replace(self.shipper.ship(self.table), counters=counters, delivery=delivery)
+        stats.delivery_version = 0 if delivery is None else delivery.version
         targets = Targets(self.cfg.events_topic, self.cfg.matches_topic, self.cfg.deadletter_topic)
         out = batch.mapInArrow(functools.partial(match_batches, ship, targets), OUTPUT_SCHEMA)
         if rejected:
@@ -433,7 +452,7 @@ class MatchingBatch:
             .option("kafka.batch.size", str(1 << 20))
             .save()
         )
-        stats.events, stats.rejected_events, stats.matches = counters.value
+        stats.events, stats.rejected_events, stats.matches, stats.deliveries = counters.value
         stats.write_ms = (time.monotonic() - write_started) * 1000
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
@@ -449,8 +468,9 @@ class MatchingBatch:
                 f"[matching] batch {stats.batch_id}: {stats.events:,} events matched "
                 f"({stats.rejected_events:,} dead-lettered), {stats.subscription_records:,} subscription records "
                 f"({stats.rejected_subscriptions:,} dead-lettered, {stats.skipped_composites:,} composite), "
-                f"{stats.subscriptions:,} active; {stats.matches:,} matches, "
-                f"{stats.duration_ms:.0f} ms",
+                f"{stats.subscriptions:,} active; {stats.matches:,} matches"
+                + (f", {stats.deliveries:,} deliveries by version {stats.delivery_version}" if self.delivery else "")
+                + f", {stats.duration_ms:.0f} ms",
                 file=sys.stderr,
                 flush=True,
             )
@@ -480,5 +500,9 @@ def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) ->
 def run(spark: SparkSession, cfg: MatchingConfig, quiet: bool = False) -> list[BatchStats]:
     """Run until done (available-now) or interrupted; raise RuntimeError when the query failed."""
     query, handler = build_query(spark, cfg, quiet)
-    await_query(query, "matching")
+    try:
+        await_query(query, "matching")
+    finally:
+        if handler.delivery is not None:
+            handler.delivery.close()
     return handler.history
