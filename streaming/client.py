@@ -1,0 +1,737 @@
+"""The client library of programs that use SiftStream: publish events, subscribe to a filter.
+
+:class:`Publisher` writes events to ``siftstream.events.v1`` as the producers do (single-object
+Avro ``Event`` records keyed by ``publisher_id``), after checking them with the project's rules
+(``schemas.rules``). :class:`Subscriber` registers a subscription on
+``siftstream.subscriptions.v1`` and follows its delivery channel as docs/reference/delivery.md §5
+says: it reads one channel topic ``siftstream.channel.v1.<c>`` at a time, applies its own filter
+to each event (``Filter.matches``, the project's single-event matcher), drops events it already
+yielded (a bounded memory of recent ids), hands over between channels at version markers with
+:class:`routing.channels.assignment.Follower`, and writes a ``Receipt`` for every event it
+yields. Closing it writes the subscription's tombstone. How to use both, from Python and from
+``siftstream publish`` / ``siftstream subscribe``: docs/guide/clients.md.
+
+Events are dicts in the JSON view of docs/reference/topics.md §1.3: ``event_id``,
+``publisher_id``, ``published_at`` (ms since the epoch), ``lifetime_ms`` and ``attributes``
+(name -> long, double, string or boolean).
+
+Examples
+--------
+An event is checked before anything is written (no broker is needed to see that):
+
+>>> event_record({"price": 1.5, "symbol": "IBM"}, "p1", event_id="e1", published_at=5, lifetime_ms=100)
+... # doctest: +NORMALIZE_WHITESPACE
+{'event_id': 'e1', 'publisher_id': 'p1', 'published_at': 5, 'lifetime_ms': 100,
+ 'attributes': {'price': 1.5, 'symbol': 'IBM'}}
+>>> event_record({"bad name": 1}, "p1", event_id="e1", published_at=5, lifetime_ms=100)
+Traceback (most recent call last):
+...
+ValueError: invalid event e1: attributes keys must match [A-Za-z_][A-Za-z0-9_.]*
+>>> ids = RecentIds(2)
+>>> [ids.add(x) for x in ("a", "b", "a", "c", "a")]
+[True, True, False, True, True]
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from infra.connection import KafkaConnection
+from producers.kafka_writer import DeliveryReport, KafkaWriter
+from routing.channels.assignment import LOBBY, Assignment, Follower
+from routing.matching.language import Filter, parse_filter
+from schemas.codec import DecodeError, codec_for, decode
+from schemas.rules import validate
+from schemas.topics import CHANNELS_TOPIC, EVENTS_TOPIC, RECEIPTS_TOPIC, SUBSCRIPTIONS_TOPIC, channel_topic
+
+__all__ = [
+    "DEFAULT_LIFETIME_MS",
+    "ClientCounters",
+    "Publisher",
+    "RecentIds",
+    "Subscriber",
+    "Subscription",
+    "event_record",
+    "now_ms",
+    "subscription_record",
+]
+
+DEFAULT_LIFETIME_MS = 60_000  # an event's default deadline: one minute after publication
+_EVENT_FIELDS = ("event_id", "publisher_id", "published_at", "lifetime_ms", "attributes")
+
+
+def now_ms() -> int:
+    """Wall-clock time in ms since the Unix epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def _connect(bootstrap_servers: str | None, conn: KafkaConnection | None) -> KafkaConnection:
+    if (bootstrap_servers is None) == (conn is None):
+        raise ValueError("give exactly one of bootstrap_servers and conn")
+    return conn if conn is not None else KafkaConnection(str(bootstrap_servers))
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def event_record(
+    attributes: Mapping[str, Any],
+    publisher_id: str,
+    *,
+    event_id: str,
+    published_at: int,
+    lifetime_ms: int,
+) -> dict[str, Any]:
+    """The ``Event`` record (JSON view) of one event, checked by ``schemas.rules``.
+
+    Raises ``ValueError`` naming the event and every problem: an attribute value that is not a
+    long, double, string or boolean, a name outside ``[A-Za-z_][A-Za-z0-9_.]*``, a NaN or
+    infinite double, an empty id, a negative time or lifetime.
+    """
+    if not isinstance(attributes, Mapping):
+        raise ValueError(f"invalid event {event_id}: attributes must be an object, got {type(attributes).__name__}")
+    for name, value in (("event_id", event_id), ("publisher_id", publisher_id)):
+        if not isinstance(value, str):
+            raise ValueError(f"invalid event {event_id}: {name} must be a string, got {value!r}")
+    for name, value in (("published_at", published_at), ("lifetime_ms", lifetime_ms)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"invalid event {event_id}: {name} must be an integer (ms), got {value!r}")
+    record = {
+        "event_id": event_id,
+        "publisher_id": publisher_id,
+        "published_at": published_at,
+        "lifetime_ms": lifetime_ms,
+        "attributes": dict(attributes),
+    }
+    try:
+        wire = codec_for("Event").to_wire(record)
+    except ValueError as exc:
+        raise ValueError(f"invalid event {event_id}: {exc}") from None
+    problems = validate("Event", wire)
+    if problems:
+        raise ValueError(f"invalid event {event_id}: {'; '.join(problems)}")
+    return record
+
+
+def subscription_record(
+    subscription_id: str,
+    subscriber_id: str,
+    filter_text: str,
+    *,
+    broker: str | None = None,
+    deadline_ms: int | None = None,
+    min_reliability: float | None = None,
+    issued_at: int | None = None,
+) -> dict[str, Any]:
+    """The ``subscribe`` record of an atomic subscription, checked: the filter must parse
+    (``ValueError`` with the parser's message and caret) and the record must pass
+    ``schemas.rules`` (non-empty ids, ``deadline_ms >= 0``, ``min_reliability`` in [0, 1])."""
+    if not isinstance(filter_text, str):
+        raise ValueError(f"a filter is text, got {type(filter_text).__name__}")
+    parse_filter(filter_text)  # FilterError is a ValueError: the position, what was found and expected
+    record = {
+        "type": "subscribe",
+        "subscription_id": subscription_id,
+        "subscriber_id": subscriber_id,
+        "broker": broker,
+        "filter": filter_text,
+        "composite": None,
+        "deadline_ms": deadline_ms,
+        "min_reliability": min_reliability,
+        "issued_at": now_ms() if issued_at is None else issued_at,
+    }
+    problems = validate("Subscription", record)
+    if problems:
+        raise ValueError(f"invalid subscription {subscription_id}: {'; '.join(problems)}")
+    return record
+
+
+class RecentIds:
+    """The ``capacity`` most recently added ids: :meth:`add` is False for one still remembered.
+
+    Parameters
+    ----------
+    capacity : int
+        How many ids are remembered; the oldest is forgotten first.
+    """
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, event_id: str) -> bool:
+        """Remember ``event_id``; True when it was new (not among the remembered ids)."""
+        if event_id in self._ids:
+            return False
+        self._ids[event_id] = None
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+class Publisher:
+    """Publishes events to ``siftstream.events.v1`` (after the topic prefix).
+
+    Parameters
+    ----------
+    bootstrap_servers : str, optional
+        The cluster; or give ``conn``.
+    conn : KafkaConnection, optional
+        The cluster with its client properties (SASL/TLS; ``KafkaConnection.from_file``).
+    topic_prefix : str
+        The deployment's topic prefix.
+    publisher_id : str, optional
+        The key of this publisher's events (default: ``pub-`` and a random hex id).
+
+    Examples
+    --------
+    ``with Publisher("127.0.0.1:9092") as pub: pub.publish({"symbol": "IBM", "price": 101.5})``
+    returns the new event's id; leaving the block waits until every event is acknowledged.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        *,
+        conn: KafkaConnection | None = None,
+        topic_prefix: str = "",
+        publisher_id: str | None = None,
+    ) -> None:
+        self.conn = _connect(bootstrap_servers, conn)
+        self.publisher_id = publisher_id or _new_id("pub")
+        if not self.publisher_id:
+            raise ValueError("publisher_id must be a non-empty string")
+        self.topic = topic_prefix + EVENTS_TOPIC
+        self._codec = codec_for("Event")
+        self._writer = KafkaWriter(self.conn, **{"linger.ms": 5})
+        self.published = 0
+
+    def publish(
+        self,
+        attributes: Mapping[str, Any],
+        event_id: str | None = None,
+        lifetime_ms: int = DEFAULT_LIFETIME_MS,
+        published_at: int | None = None,
+        *,
+        publisher_id: str | None = None,
+    ) -> str:
+        """Queue one event; return its ``event_id`` (a random UUID when not given).
+
+        ``published_at`` defaults to now (ms since the epoch); ``publisher_id`` overrides the
+        publisher's own id for this event (replaying recorded events). Raises ``ValueError``
+        with the problems when the event breaks the rules of ``schemas.rules``; nothing is
+        written then. Delivery is asynchronous: :meth:`flush` waits for it.
+        """
+        eid = uuid.uuid4().hex if event_id is None else event_id
+        pid = self.publisher_id if publisher_id is None else publisher_id
+        record = event_record(
+            attributes,
+            pid,
+            event_id=eid,
+            published_at=now_ms() if published_at is None else published_at,
+            lifetime_ms=lifetime_ms,
+        )
+        value = self._codec.encode(record)
+        self._writer.send(self.topic, pid, value)
+        self._writer.poll()
+        self.published += 1
+        return eid
+
+    def publish_json(self, doc: Mapping[str, Any]) -> str:
+        """Publish one event given in its JSON view (a line of ``siftstream publish``):
+        ``attributes`` is required; ``event_id``, ``publisher_id``, ``published_at`` and
+        ``lifetime_ms`` are optional and filled in as :meth:`publish` does. Any other key, or a
+        missing ``attributes``, raises ``ValueError``."""
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"an event is a JSON object, got {type(doc).__name__}")
+        unknown = sorted(set(doc) - set(_EVENT_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown event fields {unknown}; an event has {list(_EVENT_FIELDS)}")
+        if "attributes" not in doc:
+            raise ValueError("an event needs attributes (an object of name -> value)")
+        return self.publish(
+            doc["attributes"],
+            event_id=doc.get("event_id"),
+            lifetime_ms=doc.get("lifetime_ms", DEFAULT_LIFETIME_MS),
+            published_at=doc.get("published_at"),
+            publisher_id=doc.get("publisher_id"),
+        )
+
+    def flush(self, timeout_s: float = 60.0) -> DeliveryReport:
+        """Wait until every queued event is acknowledged; ``RuntimeError`` when some were not."""
+        report = self._writer.flush(timeout_s)
+        if report.failed:
+            raise RuntimeError(
+                f"{report.failed} of {report.sent} events were not delivered to {self.topic}: {report.errors}"
+            )
+        return report
+
+    def close(self) -> None:
+        """Flush (see :meth:`flush`)."""
+        self.flush()
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class ClientCounters:
+    """What a subscription's client has seen.
+
+    Attributes
+    ----------
+    received : int
+        ``Event`` records read from the channel topics.
+    yielded : int
+        Events handed to the program (each with a receipt).
+    dropped_by_filter : int
+        Events of the channel that the subscription's filter rejects: the channel's waste
+        (docs/reference/channels.md), false positives of the shared channel.
+    duplicates : int
+        Matching events already yielded (a replayed micro-batch), dropped.
+    moves : int
+        Hand-overs to another channel.
+    markers : int
+        Version markers read; ``stale_markers`` of them were of versions already applied
+        (replays), skipped.
+    undecodable : int
+        Records of the channel that are not SiftStream records, skipped.
+    """
+
+    received: int = 0
+    yielded: int = 0
+    dropped_by_filter: int = 0
+    duplicates: int = 0
+    moves: int = 0
+    markers: int = 0
+    stale_markers: int = 0
+    undecodable: int = 0
+
+    @property
+    def waste_ratio(self) -> float | None:
+        """``dropped_by_filter / received`` (None before any event)."""
+        return self.dropped_by_filter / self.received if self.received else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "waste_ratio": self.waste_ratio}
+
+
+class _Versions:
+    """The assignment versions read from ``siftstream.channels.v1``, for one subscription: the
+    planned assignment (only this subscription's channel kept) and the installed hand-over of
+    each version not yet applied."""
+
+    def __init__(self, consumer: Consumer, topic: str, subscription_id: str) -> None:
+        self._consumer, self.topic, self.subscription_id = consumer, topic, subscription_id
+        self.planned: dict[int, Assignment] = {}
+        self.installed: dict[int, dict[int, int]] = {}
+
+    def take(self, msg: Message) -> None:
+        if msg.value() is None:
+            return
+        try:
+            _, record = decode(msg.value(), "ChannelAssignment")
+        except DecodeError:
+            return  # not ours to judge: the validation of output topics is the jobs' tests' work
+        version = int(record["version"])
+        if record["stage"] == "planned":
+            full = Assignment.from_record(record)
+            mine = (
+                {self.subscription_id: full.channel_of[self.subscription_id]}
+                if self.subscription_id in full.channel_of
+                else {}
+            )
+            self.planned[version] = Assignment(version, full.k, mine)
+        elif record["stage"] == "installed":
+            self.installed[version] = {int(h["channel"]): int(h["offset"]) for h in record["handover"]}
+
+    def read_to_end(self, timeout_s: float = 30.0) -> None:
+        """Read every record now in the topic (up to its high watermark at this call)."""
+        from streaming.readers import watermarks
+
+        _, high = watermarks(self._consumer, self.topic, 0, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while self._position() < high:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {self.topic} to offset {high} within {timeout_s:.0f}s")
+            self.read(0.5)
+
+    def _position(self) -> int:
+        pos = self._consumer.position([TopicPartition(self.topic, 0)])[0].offset
+        return max(int(pos), 0)
+
+    def read(self, timeout_s: float) -> None:
+        for msg in self._consumer.consume(1000, max(timeout_s, 0.0)):
+            if msg.error() is None:
+                self.take(msg)
+
+    def newest_installed(self) -> int:
+        return max(self.installed, default=0)
+
+    def ready(self, version: int) -> bool:
+        return version in self.planned and version in self.installed
+
+    def forget_through(self, version: int) -> None:
+        for table in (self.planned, self.installed):
+            for v in [v for v in table if v <= version]:
+                del table[v]
+
+
+class Subscription:
+    """One subscription being followed: iterate it for its matching events (JSON view dicts).
+
+    Made by :meth:`Subscriber.subscribe`. Iterating stops after ``max_events`` events or
+    ``timeout_s`` seconds when those were given, else never; :meth:`poll` returns the next
+    event or None after a timeout; :meth:`close` unsubscribes (writes the tombstone).
+
+    Attributes
+    ----------
+    subscription_id, subscriber_id : str
+        The ids written in the subscription record and the receipts.
+    filter : Filter
+        The parsed filter, applied to every event of the channel.
+    counters : ClientCounters
+        What was read, yielded, dropped.
+    channel, version : int
+        The channel topic read now and the newest assignment version applied.
+    """
+
+    def __init__(
+        self,
+        owner: Subscriber,
+        subscription_id: str,
+        filt: Filter,
+        record: dict[str, Any],
+        *,
+        max_events: int | None,
+        timeout_s: float | None,
+        dedupe_window: int,
+    ) -> None:
+        self._owner = owner
+        self.subscription_id, self.subscriber_id = subscription_id, owner.subscriber_id
+        self.filter, self.record = filt, record
+        self.max_events, self.timeout_s = max_events, timeout_s
+        self.counters = ClientCounters()
+        self._recent = RecentIds(dedupe_window)
+        self._receipt = codec_for("Receipt")
+        self._pending: deque[Message] = deque()
+        self.closed = False
+        prefix = owner.topic_prefix
+        group = f"siftstream-client-{subscription_id}"
+        settings: dict[str, str | int | bool] = {
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+        self._channels_consumer = Consumer(owner.conn.confluent(**settings))
+        self._consumer = Consumer(owner.conn.confluent(**settings, **{"fetch.wait.max.ms": 50}))
+        try:
+            self._start(prefix)
+        except BaseException:
+            self._channels_consumer.close()
+            self._consumer.close()
+            raise
+
+    # ---- subscribing (docs/reference/delivery.md §5, "Subscribing") ---------------------------
+
+    def _start(self, prefix: str) -> None:
+        from streaming.readers import watermarks
+
+        channels_topic = prefix + CHANNELS_TOPIC
+        self._channels_consumer.assign([TopicPartition(channels_topic, 0, 0)])
+        self._versions = _Versions(self._channels_consumer, channels_topic, self.subscription_id)
+        # 1. the newest installed version v0 and this subscription's channel under it
+        self._versions.read_to_end()
+        v0 = self._versions.newest_installed()
+        planned = self._versions.planned.get(v0)
+        channel = planned.channel(self.subscription_id) if planned is not None else LOBBY
+        self.follower = Follower(self.subscription_id, channel=channel, version=v0)
+        self._versions.forget_through(v0)
+        # 2. the end offset of that channel (0 while the delivery stage has not made its topic)
+        topic = channel_topic(channel, prefix)
+        meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
+        exists = meta is not None and meta.error is None and bool(meta.partitions)
+        start = watermarks(self._consumer, topic, 0)[1] if exists else 0
+        # 3. publish the subscription (acknowledged), 4. read from that offset
+        self._owner._write_subscription(self.subscription_id, self.record)
+        self._read_from(channel, start)
+        self.start_offset = start
+
+    def _read_from(self, channel: int, offset: int) -> None:
+        self._pending.clear()
+        self._consumer.assign([TopicPartition(channel_topic(channel, self._owner.topic_prefix), 0, offset)])
+
+    @property
+    def channel(self) -> int:
+        return self.follower.channel
+
+    @property
+    def version(self) -> int:
+        return self.follower.version
+
+    # ---- following the channel (docs/reference/delivery.md §5) --------------------------------
+
+    def _install(self, deadline: float) -> bool:
+        """Apply the version the follower waits for, reading ``siftstream.channels.v1`` for its
+        planned and installed records until ``deadline``; False when they did not come in time."""
+        needed = self.follower.needs
+        assert needed is not None
+        while not self._versions.ready(needed):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._versions.read(min(left, 0.5))
+        moved = self.follower.install(needed, self._versions.planned[needed], self._versions.installed[needed])
+        self._versions.forget_through(needed)
+        if moved is not None:
+            self.counters.moves += 1
+            self._read_from(*moved)
+        return True
+
+    def _next_record(self, deadline: float) -> Message | None:
+        while not self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            for msg in self._consumer.consume(500, min(left, 0.5)):
+                error = msg.error()
+                if error is None:
+                    self._pending.append(msg)
+                elif error.fatal():  # others (a topic not made yet, a broker away) are retried
+                    raise RuntimeError(f"reading channel {self.channel}: {error}")
+        return self._pending.popleft()
+
+    def poll(self, timeout_s: float = 1.0) -> dict[str, Any] | None:
+        """The next matching event not yielded before, or None when none came within ``timeout_s``."""
+        if self.closed:
+            raise RuntimeError(f"subscription {self.subscription_id} is closed")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.follower.needs is not None and not self._install(deadline):
+                return None
+            msg = self._next_record(deadline)
+            if msg is None:
+                self._owner._writer.poll()
+                return None
+            try:
+                name, record = decode(msg.value())
+            except DecodeError:
+                self.counters.undecodable += 1
+                continue
+            if name == "ChannelMarker":
+                self.counters.markers += 1
+                if self.follower.on_marker(int(record["version"])):
+                    self.counters.stale_markers += 1
+                continue
+            if name != "Event":
+                self.counters.undecodable += 1
+                continue
+            self.counters.received += 1
+            if not self.filter.matches(record["attributes"]):
+                self.counters.dropped_by_filter += 1
+                continue
+            if not self._recent.add(record["event_id"]):
+                self.counters.duplicates += 1
+                continue
+            self.counters.yielded += 1
+            self._owner._write_receipt(record["event_id"])
+            return record
+
+    def events(self, max_events: int | None = None, timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+        """Matching events as they arrive, until ``max_events`` were yielded or ``timeout_s``
+        seconds passed (either may be None: no limit)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        count = 0
+        while max_events is None or count < max_events:
+            left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if left <= 0:
+                return
+            event = self.poll(left)
+            if event is not None:
+                count += 1
+                yield event
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.events(self.max_events, self.timeout_s)
+
+    def close(self) -> None:
+        """Unsubscribe: write the subscription's tombstone, flush the receipts, stop reading."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._owner._write_tombstone(self.subscription_id)
+        finally:
+            self._consumer.close()
+            self._channels_consumer.close()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Subscriber:
+    """A subscriber: registers subscriptions and follows their delivery channels.
+
+    Parameters
+    ----------
+    bootstrap_servers : str, optional
+        The cluster; or give ``conn``.
+    conn : KafkaConnection, optional
+        The cluster with its client properties (SASL/TLS).
+    topic_prefix : str
+        The deployment's topic prefix.
+    subscriber_id : str, optional
+        The subscriber's id, written in its subscriptions and receipts (default: ``sub-`` and a
+        random hex id).
+    home_broker : str, optional
+        The subscriber's home broker in the overlay (the subscription's ``broker`` field).
+    dedupe_window : int
+        How many recently yielded event ids each subscription remembers to drop duplicates.
+    log : file, optional
+        Where to write diagnostics (one line per subscribe, move and close); None: silent.
+
+    Examples
+    --------
+    ``with Subscriber("127.0.0.1:9092") as sub: for e in sub.subscribe("price < 120"): ...``;
+    leaving the block unsubscribes every subscription it made.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        *,
+        conn: KafkaConnection | None = None,
+        topic_prefix: str = "",
+        subscriber_id: str | None = None,
+        home_broker: str | None = None,
+        dedupe_window: int = 100_000,
+        log: TextIO | None = None,
+    ) -> None:
+        self.conn = _connect(bootstrap_servers, conn)
+        self.topic_prefix = topic_prefix
+        self.subscriber_id = subscriber_id or _new_id("sub")
+        self.home_broker = home_broker
+        self.dedupe_window = dedupe_window
+        self.log = log
+        self.subscriptions: list[Subscription] = []
+        self._subs_codec, self._receipt_codec = codec_for("Subscription"), codec_for("Receipt")
+        self._writer_made: KafkaWriter | None = None
+
+    @property
+    def _writer(self) -> KafkaWriter:
+        """The producer of subscriptions and receipts, made at the first write (an invalid filter
+        is refused before any connection is opened)."""
+        if self._writer_made is None:
+            self._writer_made = KafkaWriter(self.conn, **{"linger.ms": 5})
+        return self._writer_made
+
+    def _say(self, text: str) -> None:
+        if self.log is not None:
+            print(text, file=self.log, flush=True)
+
+    def subscribe(
+        self,
+        filter_text: str,
+        deadline_ms: int | None = None,
+        min_reliability: float | None = None,
+        subscription_id: str | None = None,
+        *,
+        max_events: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Subscription:
+        """Register an atomic subscription and return it, ready to iterate.
+
+        The filter is parsed and the record checked first: an invalid one raises
+        ``ValueError`` (the parser's message with the position) before anything is written.
+        Then, as docs/reference/delivery.md §5 says, the newest installed version and the end
+        offset of the subscription's channel under it are read, the subscription record is
+        written and acknowledged, and reading starts at that offset. ``max_events`` and
+        ``timeout_s`` bound iterating the returned :class:`Subscription`.
+        """
+        sid = subscription_id or _new_id(self.subscriber_id)
+        record = subscription_record(
+            sid,
+            self.subscriber_id,
+            filter_text,
+            broker=self.home_broker,
+            deadline_ms=deadline_ms,
+            min_reliability=min_reliability,
+        )
+        filt = parse_filter(filter_text)
+        sub = Subscription(
+            self, sid, filt, record, max_events=max_events, timeout_s=timeout_s, dedupe_window=self.dedupe_window
+        )
+        self.subscriptions.append(sub)
+        self._say(
+            f"[subscribe] {sid} of {self.subscriber_id}: {filt} on channel {sub.channel} "
+            f"(version {sub.version}) from offset {sub.start_offset}"
+        )
+        return sub
+
+    @property
+    def counters(self) -> ClientCounters:
+        """The counters of every subscription made here, summed."""
+        total = ClientCounters()
+        for sub in self.subscriptions:
+            for name, value in asdict(sub.counters).items():
+                setattr(total, name, getattr(total, name) + value)
+        return total
+
+    def _write_subscription(self, subscription_id: str, record: dict[str, Any]) -> None:
+        self._send_acknowledged(
+            self.topic_prefix + SUBSCRIPTIONS_TOPIC, subscription_id, self._subs_codec.encode(record)
+        )
+
+    def _write_tombstone(self, subscription_id: str) -> None:
+        self._send_acknowledged(self.topic_prefix + SUBSCRIPTIONS_TOPIC, subscription_id, None)
+        self._say(f"[subscribe] {subscription_id} unsubscribed (tombstone written)")
+
+    def _write_receipt(self, event_id: str) -> None:
+        receipt = {"subscriber_id": self.subscriber_id, "event_id": event_id, "received_at": now_ms()}
+        self._writer.send(self.topic_prefix + RECEIPTS_TOPIC, self.subscriber_id, self._receipt_codec.encode(receipt))
+        self._writer.poll()
+
+    def _send_acknowledged(self, topic: str, key: str, value: bytes | None) -> None:
+        failed = self._writer.report.failed
+        self._writer.send(topic, key, value)
+        report = self._writer.flush(30.0)
+        if report.failed > failed:
+            raise RuntimeError(f"could not write to {topic}: {report.errors[-3:]}")
+
+    def close(self) -> None:
+        """Close every subscription (each writes its tombstone) and flush the receipts."""
+        try:
+            for sub in self.subscriptions:
+                sub.close()
+        finally:
+            report = self._writer_made.flush(30.0) if self._writer_made is not None else DeliveryReport()
+            if report.failed:
+                raise RuntimeError(
+                    f"{report.failed} receipts or subscription records were not delivered: {report.errors}"
+                )
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
