@@ -101,9 +101,9 @@ def event_record(
     for name, value in (("event_id", event_id), ("publisher_id", publisher_id)):
         if not isinstance(value, str):
             raise ValueError(f"invalid event {event_id}: {name} must be a string, got {value!r}")
-    for name, value in (("published_at", published_at), ("lifetime_ms", lifetime_ms)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"invalid event {event_id}: {name} must be an integer (ms), got {value!r}")
+    for name, ms in (("published_at", published_at), ("lifetime_ms", lifetime_ms)):
+        if isinstance(ms, bool) or not isinstance(ms, int):
+            raise ValueError(f"invalid event {event_id}: {name} must be an integer (ms), got {ms!r}")
     record = {
         "event_id": event_id,
         "publisher_id": publisher_id,
