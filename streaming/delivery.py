@@ -180,15 +180,19 @@ class DeliveryStage:
         offsets: dict[int, int] = {}
         errors: list[str] = []
 
-        def acked(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-            else:
-                offsets[int(msg.topic().rsplit(".", 1)[1])] = msg.offset()
+        def acked(channel: int | None) -> Any:
+            def callback(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(str(err))
+                elif channel is not None:
+                    offsets[channel] = msg.offset()
+
+            return callback
 
         for c in range(new.k):
             value = marker_codec.encode({"channel": c, "version": new.version, "installed_at": now})
-            producer.produce(channel_topic(c, self.prefix), value, f"marker/{new.version}".encode(), on_delivery=acked)
+            key = f"marker/{new.version}".encode()
+            producer.produce(channel_topic(c, self.prefix), value, key, on_delivery=acked(c))
         producer.flush(30)
         if errors or len(offsets) != new.k:
             raise RuntimeError(
@@ -198,7 +202,7 @@ class DeliveryStage:
         installed.update(version=new.version, stage="installed", created_at=now, channels=[])
         installed["handover"] = [{"channel": c, "offset": offsets[c]} for c in range(new.k)]
         producer.produce(
-            self.channels_topic, record_codec.encode(installed), str(new.version).encode(), on_delivery=acked
+            self.channels_topic, record_codec.encode(installed), str(new.version).encode(), on_delivery=acked(None)
         )
         producer.flush(30)
         if errors:
