@@ -666,9 +666,11 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
             min_reliability=args.min_reliability,
             subscription_id=args.subscription,
         )
-        for event in sub.events(max_events=args.max_events, timeout_s=args.timeout_s):
-            print(json.dumps(event), flush=True)
-        print(f"[subscribe] {json.dumps(sub.counters.as_dict())}", file=sys.stderr)
+        try:
+            for event in sub.events(max_events=args.max_events, timeout_s=args.timeout_s):
+                print(json.dumps(event), flush=True)
+        finally:  # also on Ctrl-C: what was read, yielded and dropped
+            print(f"[subscribe] {json.dumps(sub.counters.as_dict())}", file=sys.stderr)
     return 0
 
 
