@@ -401,3 +401,27 @@ def test_the_publish_and_subscribe_commands(kafka_conn: KafkaConnection, topic_p
     )
     assert bad_filter.returncode == 2
     assert bad_filter.stderr.startswith("siftstream: error: at position 7: expected a literal")
+
+
+def test_a_placed_subscription_resumes_on_its_channel_and_a_missing_lobby_reads_from_its_start(
+    kafka_conn: KafkaConnection, topic_prefix: str
+) -> None:
+    # no channel topic yet: the subscriber reads the lobby from offset 0 once the delivery stage makes it
+    with Subscriber(conn=kafka_conn, topic_prefix=topic_prefix, subscriber_id="u1") as client:
+        early = client.subscribe("x > 0", subscription_id="s-early")
+        assert (early.channel, early.start_offset) == (LOBBY, 0)
+        stage = DeliveryStage(kafka_conn, topic_prefix, k=2)
+        stage.add("s-early", "x > 0")
+        stage.deliver(event(1, x=1))
+        assert [e["event_id"] for e in collect(early, 1)] == ["e1"]
+    # a subscription id that the newest installed version places: subscribing again reads its channel
+    stage.add("s1", "x > 0")
+    stage.plan(1, {"s1": 1})
+    stage.install(1)
+    stage.deliver(event(2, x=2))  # before subscribing again: not read
+    with Subscriber(conn=kafka_conn, topic_prefix=topic_prefix, subscriber_id="u1") as client:
+        sub = client.subscribe("x > 0", subscription_id="s1")
+        assert (sub.channel, sub.version, sub.start_offset) == (1, 1, 2)  # after the marker and e2
+        stage.deliver(event(3, x=3))
+        assert [e["event_id"] for e in collect(sub, 1)] == ["e3"]
+        assert drain(sub, 1.0) == [] and sub.counters.moves == 0
