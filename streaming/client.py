@@ -365,9 +365,9 @@ class _Versions:
         """Read every record now in the topic (up to its high watermark at this call)."""
         from streaming.readers import watermarks
 
-        _, high = watermarks(self._consumer, self.topic, 0, timeout_s)
+        low, high = watermarks(self._consumer, self.topic, 0, timeout_s)
         deadline = time.monotonic() + timeout_s
-        while self._position() < high:
+        while high > low and self._position() < high:  # (nothing to read when retention emptied it)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not read {self.topic} to offset {high} within {timeout_s:.0f}s")
             self.read(0.5)
@@ -429,7 +429,6 @@ class Subscription:
         self.max_events, self.timeout_s = max_events, timeout_s
         self.counters = ClientCounters()
         self._recent = RecentIds(dedupe_window)
-        self._receipt = codec_for("Receipt")
         self._pending: deque[Message] = deque()
         self.closed = False
         prefix = owner.topic_prefix
