@@ -569,6 +569,33 @@ def cmd_composites_job(args: argparse.Namespace) -> int:
     return _run_driver_job(args, "composites", cfg, run, banner, ["detections", "placements"])
 
 
+def cmd_channels_job(args: argparse.Namespace) -> int:
+    """Subscriptions and matches -> planned channel assignment versions (docs/guide/channels.md)."""
+    from routing.monitors.channels import ChannelMonitorConfig
+    from schemas.topics import CHANNELS_TOPIC
+    from streaming.channels_job import ChannelsConfig, run
+
+    monitor = ChannelMonitorConfig(
+        k=args.k,
+        psi=args.psi,
+        sample_events=args.sample_events,
+        method=args.method,
+        drift=args.drift,
+        margin=args.margin,
+        min_interval_ms=int(args.min_interval_s * 1000),
+        budget_ms=args.budget_ms,
+        seed=args.seed,
+    )
+    opts = _driver_job(args, "channels")
+    del opts["lateness_ms"]  # the clock is the matches' event time; nothing waits for late records
+    cfg = ChannelsConfig(monitor=monitor, **opts)
+    banner = (
+        f"subscriptions, matches -> {cfg.topic(CHANNELS_TOPIC)}: K = {monitor.k}, re-clustered by "
+        f"{monitor.method} over the last {monitor.sample_events:,} events"
+    )
+    return _run_driver_job(args, "channels", cfg, run, banner, ["versions"])
+
+
 def cmd_qos_job(args: argparse.Namespace) -> int:
     from schemas.topics import QOS_TOPIC
     from streaming.qos_job import QosConfig, run
@@ -1078,6 +1105,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lateness-s", type=float, default=5.0, help="how late events may come (default: %(default)s)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_composites_job)
+
+    p = sub.add_parser(
+        "channels-job",
+        help="run the channels job: subscriptions and matches -> delivery channel versions",
+        description="Groups the live subscriptions into at most K delivery channels with few false positives, "
+        "places new subscriptions by the join rule, re-clusters when the waste drifts, and writes planned "
+        "ChannelAssignment versions (docs/guide/channels.md; methods: docs/reference/channels.md).",
+    )
+    _job_opts(p, "channels")
+    p.add_argument("--trigger-interval", default="5 seconds", help="micro-batch interval (default: %(default)s)")
+    p.add_argument("--k", type=int, default=32, help="number of channels K (default: %(default)s)")
+    p.add_argument("--psi", type=int, default=20, help="recent-event window of the similarity (default: %(default)s)")
+    p.add_argument(
+        "--sample-events", type=int, default=2000, help="matched events in the recent sample (default: %(default)s)"
+    )
+    p.add_argument(
+        "--method",
+        choices=["flooding", "exact", "kmeans", "spectral-rassoc", "spectral-ncut", "approx", "auto"],
+        default="spectral-ncut",
+        help="re-clustering method, routing.channels.RECLUSTER_METHODS (default: %(default)s)",
+    )
+    p.add_argument("--budget-ms", type=float, default=2000.0, help="time budget of auto (default: %(default)s)")
+    p.add_argument(
+        "--drift", type=float, default=0.05, help="waste-ratio rise that triggers re-clustering (default: %(default)s)"
+    )
+    p.add_argument(
+        "--margin", type=float, default=0.1, help="least relative cut of the waste to adopt one (default: %(default)s)"
+    )
+    p.add_argument(
+        "--min-interval-s", type=float, default=60.0, help="least time between attempts (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the k-means (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_channels_job, lateness_s=0.0)
 
     p = sub.add_parser("validate", help="run the validation / dead-letter job")
     _job_opts(p, "validation")

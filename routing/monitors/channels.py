@@ -1,0 +1,560 @@
+"""The channels job's logic: keep the subscriptions' delivery channels low in waste as things change.
+
+:class:`ChannelMonitor` is the step object of ``streaming/channels_job.py``. It keeps the live
+atomic subscriptions, a recent sample of matched events, and the current assignment of every
+subscription to one of K channels, and plans the assignment versions of
+docs/reference/delivery.md §3 (``ChannelAssignment`` records with ``stage`` ``planned``;
+docs/reference/topics.md §4.5). It is Tariq's cluster maintenance (§3.5) on a live sample: new
+subscriptions join a channel at once by a cheap local rule, and the whole set is re-clustered
+only when the event load drifted far enough to make it worth it.
+
+Symbols (docs/reference/channels.md §2): the sample E is the last ``sample_events`` events of the
+matches topic, oldest first; M(s) the sample's events that subscription s matched; S_c the
+members of channel c and U_c = ∪_{s ∈ S_c} M(s) what c carries; deliveries D = Σ_c |S_c| |U_c|,
+matches T = Σ_s |M(s)|, false positives FP = D − T and the **waste ratio** w = FP / D (0 when
+D = 0), all computed by :func:`routing.channels.plan_metrics`.
+
+What each input does
+--------------------
+- :meth:`ChannelMonitor.apply_subscriptions`: the matching job's rules
+  (:func:`routing.matching.table.plan_change`): a subscribe adds (or replaces) an atomic
+  subscription and remembers its subscriber; an unsubscribe, a tombstone or a composite of that
+  id removes it (composites are not delivered by channels). Each new subscription is placed at
+  once by the **join rule** (docs/reference/channels.md §4.1) on the channel unions U_c over the
+  sample (:class:`routing.channels.ChannelUnions`), in id order within one call; a removed one is
+  dropped.
+- :meth:`ChannelMonitor.add_matches`: each ``Match`` record's event enters the sample with the
+  live subscriptions it matched (ids of unknown subscriptions are counted and ignored; an event id
+  already in the sample is a replayed duplicate and is skipped). The sample is a ring of
+  ``sample_events`` columns over a bit matrix with one row per live subscription: a batch
+  overwrites the oldest columns, nothing is rebuilt.
+
+When a version is planned (:meth:`ChannelMonitor.step`, at most one per call)
+-----------------------------------------------------------------------------
+1. ``initial``: the first call with live subscriptions. With at least two subscriptions and a
+   non-empty sample they are re-clustered (``recluster`` below, without the margin test);
+   otherwise the join placements stand.
+2. ``reclustered``: the waste ratio w of the current assignment exceeds w₀, the ratio measured
+   right after the last re-clustering, by more than ``drift`` (w > w₀ + drift: hysteresis), at
+   least ``min_interval_ms`` passed since the last re-clustering attempt, and the candidate of
+   :func:`routing.channels.recluster` (``method``, ψ = ``psi``, ``seed``, ``budget_ms``) has
+   w' <= (1 − ``margin``) · w. A candidate that fails the margin is dropped (counted as
+   ``rejected``; w₀ stays, so the next attempt waits ``min_interval_ms``). The candidate's
+   channels are renumbered to keep as many subscriptions as possible on the channel they are on
+   (an assignment problem over the K × K overlap, :func:`scipy.optimize.linear_sum_assignment`),
+   so that a re-clustering moves few subscribers.
+3. ``joined`` / ``left``: otherwise, when the membership changed since the last version
+   (``joined`` when some subscription was placed, else ``left``).
+
+Every version lists all K channels (members and their subscribers sorted, deliveries and waste
+ratio over the sample), the waste ratio w, the flooding ratio (one channel for everyone: N |∪_s
+M(s)| − T over N |∪_s M(s)|), and ``previous_waste_ratio``: the version it replaces on the same
+sample, with the subscriptions that version does not place on the lobby (channel 0), as the
+delivery stage delivers them. The ratios are null while the sample is empty. ``created_at`` is
+``now_ms``, the caller's clock (the job's largest input time), so a replayed batch plans
+identical records. Versions are numbered 1, 2, ... with no gap.
+
+Invariants: every live subscription has exactly one channel in 0..K−1; the sample holds at most
+``sample_events`` events, each once; a version's ``waste_ratio`` is
+``plan_metrics(hits, labels).waste_ratio`` of the sample at that step.
+
+Examples
+--------
+>>> from routing.matching.table import SubscriptionRecord
+>>> mon = ChannelMonitor(ChannelMonitorConfig(k=2, method="exact", min_interval_ms=0))
+>>> mon.apply_subscriptions([SubscriptionRecord(op="subscribe", subscription_id=s, filter="x > 0",
+...     subscriber_id="u-" + s) for s in ("a", "b", "c")])
+>>> [(v["version"], v["reason"], v["waste_ratio"]) for v in mon.step(1_000)]
+[(1, 'initial', None)]
+>>> mon.add_matches(["e1", "e2", "e3"], [["a", "b"], ["a", "b"], ["c"]], [1_100, 1_200, 1_300])
+>>> round(mon.waste_ratio() or 0.0, 3)
+0.444
+>>> v = mon.step(2_000)[0]
+>>> v["reason"], v["waste_ratio"], round(v["previous_waste_ratio"], 3), [c["subscription_ids"] for c in v["channels"]]
+('reclustered', 0.0, 0.444, [['a', 'b'], ['c']])
+>>> ChannelMonitor.from_bytes(mon.to_bytes()).channel_of == mon.channel_of
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import linear_sum_assignment
+
+from routing.channels import (
+    DEFAULT_BUDGET_MS,
+    DEFAULT_METHOD,
+    LOBBY,
+    RECLUSTER_METHODS,
+    Assignment,
+    ChannelUnions,
+    PlanMetrics,
+    plan_metrics,
+    recluster,
+)
+from routing.matching.table import SubscriptionRecord, plan_change
+from routing.stats.state import pack_documents, pack_state, unpack_documents, unpack_state
+
+__all__ = ["ChannelMonitor", "ChannelMonitorConfig"]
+
+BoolMatrix = npt.NDArray[np.bool_]
+Labels = npt.NDArray[np.int64]
+
+_LISTED = 5  # subscriptions named in a detail sentence before "and N more"
+
+
+@dataclass(frozen=True)
+class ChannelMonitorConfig:
+    """Settings of the channels job (module docstring).
+
+    Attributes
+    ----------
+    k : int
+        K, the number of channels (each a topic ``siftstream.channel.v1.<c>``).
+    psi : int
+        ψ, the recent-event window of the similarity (docs/reference/channels.md §3).
+    sample_events : int
+        Matched events in the recent sample the waste is measured and re-clustered on.
+    method : str
+        Re-clustering method, one of ``routing.channels.RECLUSTER_METHODS`` (default
+        ``spectral-ncut``; ``auto`` keeps the fewest false positives within ``budget_ms``).
+    drift : float
+        Re-cluster only when the waste ratio exceeds the one after the last re-clustering by more
+        than this (absolute, a ratio in [0, 1]).
+    margin : float
+        ...and only when the candidate cuts the waste ratio by at least this fraction.
+    min_interval_ms : int
+        Least time between two re-clustering attempts (the caller's clock).
+    budget_ms : float
+        Time budget of ``auto``.
+    seed : int
+        Seed of the k-means in the clustering methods.
+    """
+
+    k: int = 32
+    psi: int = 20
+    sample_events: int = 2000
+    method: str = DEFAULT_METHOD
+    drift: float = 0.05
+    margin: float = 0.1
+    min_interval_ms: int = 60_000
+    budget_ms: float = DEFAULT_BUDGET_MS
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in RECLUSTER_METHODS:
+            raise ValueError(f"method must be one of {', '.join(RECLUSTER_METHODS)} (got {self.method!r})")
+        for name in ("k", "psi", "sample_events"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)}")
+        if not self.drift >= 0 or not 0 <= self.margin < 1:
+            raise ValueError(f"need drift >= 0 and 0 <= margin < 1 (got {self.drift}, {self.margin})")
+        if self.min_interval_ms < 0 or not self.budget_ms >= 0:
+            raise ValueError("min_interval_ms and budget_ms must be >= 0")
+
+
+class ChannelMonitor:
+    """The channels job's state and step functions (module docstring)."""
+
+    def __init__(self, config: ChannelMonitorConfig | None = None) -> None:
+        self.config = config or ChannelMonitorConfig()
+        size = self.config.sample_events
+        self._subscribers: dict[str, str] = {}  # live subscription id -> subscriber id
+        self._row: dict[str, int] = {}  # live subscription id -> its row of _hits
+        self._free: list[int] = []
+        self._hits: BoolMatrix = np.zeros((64, size), dtype=bool)  # rows x ring columns
+        self._slot_ids: list[str | None] = [None] * size  # the event in each ring column
+        self._slot_of: dict[str, int] = {}
+        self._next = 0  # the ring column the next event overwrites
+        self._filled = 0
+        self._channel: dict[str, int] = {}  # live subscription id -> channel (placed at once)
+        self._versioned: dict[str, int] = {}  # the channels of the last version
+        self._versioned_subscribers: dict[str, str] = {}
+        self.version = 0
+        self.method = "join"  # the method of the last re-clustering
+        self._base_ratio = 0.0  # w0: the waste ratio right after the last re-clustering
+        self._last_attempt_ms: float | None = None
+        self._joined = 0  # placements since the last version
+        self.counters: dict[str, int] = {
+            "versions": 0,
+            "reclusters": 0,
+            "rejected": 0,
+            "joined": 0,
+            "left": 0,
+            "duplicates": 0,
+            "unknown": 0,
+        }
+        self.decision = ""  # what the last step decided, in words
+
+    # -- read methods ----------------------------------------------------------------------
+
+    @property
+    def channel_of(self) -> dict[str, int]:
+        """Every live subscription's current channel (placements included that no version lists yet)."""
+        return dict(self._channel)
+
+    @property
+    def subscribers(self) -> dict[str, str]:
+        """Every live subscription's subscriber id."""
+        return dict(self._subscribers)
+
+    @property
+    def sample_size(self) -> int:
+        """Events in the recent sample."""
+        return self._filled
+
+    def assignment(self) -> Assignment:
+        """The last planned version as an :class:`routing.channels.Assignment` (version 0, empty, before any)."""
+        return Assignment(self.version, self.config.k, dict(self._versioned))
+
+    def sample(self) -> tuple[tuple[str, ...], BoolMatrix]:
+        """The live subscription ids (sorted) and their match matrix over the sample, oldest event first."""
+        ids = tuple(sorted(self._subscribers))
+        size = self.config.sample_events
+        order = (np.arange(self._filled) + (self._next - self._filled)) % size
+        rows = np.array([self._row[s] for s in ids], dtype=np.int64)
+        return ids, self._hits[rows][:, order]
+
+    def waste_ratio(self) -> float | None:
+        """w of the current assignment over the sample (None while the sample is empty)."""
+        ids, hits = self.sample()
+        return None if not self._filled else _waste(hits, self._labels(ids, self._channel))
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def apply_subscriptions(self, records: Sequence[SubscriptionRecord]) -> None:
+        """Apply subscriptions-topic records in order, then place the new ones by the join rule."""
+        new: list[str] = []
+        for rec in records:
+            change = plan_change(rec).change
+            if change is None:
+                continue
+            sid, text = change
+            if text is None:
+                self._remove(sid)
+                continue
+            if sid not in self._subscribers:
+                self._row[sid] = self._take_row()
+                new.append(sid)
+            self._subscribers[sid] = rec.subscriber_id or ""
+        placing = sorted({s for s in new if s in self._subscribers and s not in self._channel})
+        if placing:
+            unions = self._unions()
+            for sid in placing:
+                self._channel[sid] = unions.place(self._hits[self._row[sid]])
+            self._joined += len(placing)
+            self.counters["joined"] += len(placing)
+
+    def add_matches(
+        self,
+        event_ids: Sequence[str],
+        subscription_id_lists: Sequence[Sequence[str]],
+        published_at: Sequence[int],
+    ) -> None:
+        """Add matched events (oldest first) to the sample with the live subscriptions each matched.
+
+        ``published_at`` is accepted for the caller's clock and not stored: the sample's order is
+        the order of arrival.
+        """
+        del published_at
+        size = self.config.sample_events
+        fresh: list[int] = []  # first occurrences of events not in the sample, in batch order
+        seen: set[str] = set()
+        for i, eid in enumerate(event_ids):
+            if eid in seen or eid in self._slot_of:
+                self.counters["duplicates"] += 1
+                continue
+            seen.add(eid)
+            fresh.append(i)
+        kept: list[tuple[str, list[int]]] = []
+        for i in fresh[-size:]:
+            sids = subscription_id_lists[i]
+            rows = [self._row[s] for s in sids if s in self._row]
+            self.counters["unknown"] += len(sids) - len(rows)
+            kept.append((event_ids[i], rows))
+        if not kept:
+            return
+        slots = (self._next + np.arange(len(kept))) % size
+        for slot in slots.tolist():
+            old = self._slot_ids[slot]
+            if old is not None:
+                del self._slot_of[old]
+        self._hits[:, slots] = False
+        rows_flat: list[int] = []
+        cols_flat: list[int] = []
+        for (eid, rows), slot in zip(kept, slots.tolist(), strict=True):
+            self._slot_ids[slot] = eid
+            self._slot_of[eid] = slot
+            rows_flat += rows
+            cols_flat += [slot] * len(rows)
+        self._hits[rows_flat, cols_flat] = True
+        self._next = int((self._next + len(kept)) % size)
+        self._filled = min(size, self._filled + len(kept))
+
+    # -- the step ------------------------------------------------------------------------------
+
+    def step(self, now_ms: float) -> list[dict[str, Any]]:
+        """The planned versions due at ``now_ms`` (none or one; module docstring)."""
+        if not math.isfinite(now_ms) or (self.version == 0 and not self._subscribers):
+            self.decision = "waiting for subscriptions"
+            return []
+        cfg = self.config
+        ids, hits = self.sample()
+        labels = self._labels(ids, self._channel)
+        w = _waste(hits, labels) if self._filled else None
+        if self.version == 0:
+            detail = ""
+            if len(ids) >= 2 and self._filled:
+                w_join = w
+                labels, used = self._recluster(ids, hits, labels, now_ms)
+                w = _waste(hits, labels)
+                self._base_ratio = w
+                detail = (
+                    f"{len(ids):,} subscriptions clustered by {used} over {self._filled:,} events: waste ratio "
+                    f"{w:.3f} (the join placements: {w_join:.3f})"
+                )
+            else:
+                detail = (
+                    f"{len(ids):,} subscriptions placed by the join rule"
+                    + (f" over {self._filled:,} events" if self._filled else " before any matched event")
+                    + (f": waste ratio {w:.3f}" if w is not None else "")
+                )
+            self.decision = "initial"
+            return [self._version("initial", detail, now_ms)]
+        if w is not None and len(ids) >= 2 and w > self._base_ratio + cfg.drift:
+            if self._last_attempt_ms is not None and now_ms - self._last_attempt_ms < cfg.min_interval_ms:
+                self.decision = f"drift {w:.3f} > {self._base_ratio:.3f} + {cfg.drift:g}; waiting for the interval"
+            else:
+                base = self._base_ratio
+                candidate, used = self._recluster(ids, hits, labels, now_ms, adopt=False)
+                w_new = _waste(hits, candidate)
+                if w_new <= (1.0 - cfg.margin) * w:
+                    moved = int((candidate != labels).sum())
+                    self._adopt(ids, candidate, used)
+                    self._base_ratio = w_new
+                    detail = (
+                        f"waste ratio {w:.3f} rose more than {cfg.drift:g} above {base:.3f} (after the last "
+                        f"re-clustering); {used} over {self._filled:,} events cuts it to {w_new:.3f} "
+                        f"({(w - w_new) / w:.0%} less, margin {cfg.margin:.0%}); {moved:,} of {len(ids):,} "
+                        "subscriptions move"
+                    )
+                    self.counters["reclusters"] += 1
+                    self.decision = f"reclustered {w:.3f} -> {w_new:.3f}"
+                    return [self._version("reclustered", detail, now_ms)]
+                self.counters["rejected"] += 1
+                self.decision = (
+                    f"drift {w:.3f} > {self._base_ratio:.3f} + {cfg.drift:g}, but {used} gives {w_new:.3f}: "
+                    f"less than the {cfg.margin:.0%} margin; kept"
+                )
+        else:
+            self.decision = "no drift" if w is not None else "no events yet"
+        if self._channel != self._versioned or self._subscribers != self._versioned_subscribers:
+            return [self._membership_version(now_ms)]
+        return []
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _recluster(
+        self, ids: tuple[str, ...], hits: BoolMatrix, labels: Labels, now_ms: float, adopt: bool = True
+    ) -> tuple[Labels, str]:
+        """A re-clustering of the sample, renumbered to keep subscriptions where they are."""
+        cfg = self.config
+        self._last_attempt_ms = now_ms
+        found, used = recluster(hits, ids, cfg.k, cfg.method, cfg.psi, cfg.seed, cfg.budget_ms)
+        candidate = _align(found, labels, cfg.k)
+        if adopt:
+            self._adopt(ids, candidate, used)
+        return candidate, used
+
+    def _adopt(self, ids: tuple[str, ...], labels: Labels, method: str) -> None:
+        self._channel = {sid: int(c) for sid, c in zip(ids, labels.tolist(), strict=True)}
+        self.method = method
+
+    def _membership_version(self, now_ms: float) -> dict[str, Any]:
+        joined = sorted(s for s in self._channel if s not in self._versioned)
+        left = sorted(s for s in self._versioned if s not in self._channel)
+        parts = []
+        if joined:
+            where = ", ".join(f"{s} on {self._channel[s]}" for s in joined[:_LISTED])
+            more = f" and {len(joined) - _LISTED:,} more" if len(joined) > _LISTED else ""
+            parts.append(f"{len(joined):,} joined by the join rule ({where}{more})")
+        if left:
+            names = ", ".join(left[:_LISTED]) + (f" and {len(left) - _LISTED:,} more" if len(left) > _LISTED else "")
+            parts.append(f"{len(left):,} left ({names})")
+        if not parts:
+            parts.append("subscriber ids changed")
+        reason = "joined" if joined else "left"
+        self.counters["left"] += len(left)
+        return self._version(reason, "; ".join(parts), now_ms)
+
+    def _version(self, reason: str, detail: str, now_ms: float) -> dict[str, Any]:
+        """The planned record of the current assignment as the next version."""
+        cfg = self.config
+        ids, hits = self.sample()
+        labels = self._labels(ids, self._channel)
+        sampled = self._filled > 0
+        metrics = plan_metrics(hits, labels) if ids else None
+        waste = flooding = previous = None
+        if sampled:
+            waste = metrics.waste_ratio if metrics else 0.0
+            flooding = _flooding_waste(metrics)
+            if self.version:
+                prev = self.assignment()
+                previous = _waste(hits, np.array([prev.channel(s) for s in ids], dtype=np.int64))
+        per_channel: dict[int, tuple[int, int]] = {}
+        if metrics is not None:
+            for c, (_, _, d, fp) in zip(np.unique(labels).tolist(), metrics.channels, strict=True):
+                per_channel[c] = (d, fp)
+        members: dict[int, list[str]] = {c: [] for c in range(cfg.k)}
+        for sid, c in zip(ids, labels.tolist(), strict=True):
+            members[c].append(sid)
+        channels = []
+        for c in range(cfg.k):
+            d, fp = per_channel.get(c, (0, 0))
+            subs = sorted({self._subscribers[s] for s in members[c]} - {""})
+            channels.append(
+                {
+                    "channel": c,
+                    "subscription_ids": members[c],
+                    "subscriber_ids": subs,
+                    "deliveries": d,
+                    "waste_ratio": (fp / d if d else 0.0) if sampled else None,
+                }
+            )
+        if waste is not None and reason != "reclustered":
+            detail += f"; waste ratio {waste:.3f}"
+            if previous is not None:
+                detail += f" (was {previous:.3f})"
+        if flooding is not None:
+            detail += f"; flooding {flooding:.3f}"
+        self.version += 1
+        self.counters["versions"] += 1
+        self._versioned = dict(self._channel)
+        self._versioned_subscribers = dict(self._subscribers)
+        self._joined = 0
+        return {
+            "version": self.version,
+            "stage": "planned",
+            "created_at": int(now_ms),
+            "k": cfg.k,
+            "reason": reason,
+            "detail": detail,
+            "method": self.method,
+            "sample_events": self._filled,
+            "waste_ratio": waste,
+            "flooding_waste_ratio": flooding,
+            "previous_waste_ratio": previous,
+            "channels": channels,
+            "handover": [],
+        }
+
+    def _labels(self, ids: Sequence[str], channel: Mapping[str, int]) -> Labels:
+        return np.array([channel.get(s, LOBBY) for s in ids], dtype=np.int64)
+
+    def _unions(self) -> ChannelUnions:
+        """What each channel carries over the sample now (ring columns, in any order)."""
+        unions = ChannelUnions(self.config.k, self.config.sample_events)
+        by_channel: dict[int, list[int]] = {}
+        for sid, c in self._channel.items():
+            by_channel.setdefault(c, []).append(self._row[sid])
+        for c, rows in by_channel.items():
+            unions.carried[c] = self._hits[rows].any(axis=0)
+            unions.size[c] = len(rows)
+        return unions
+
+    def _take_row(self) -> int:
+        if self._free:
+            return self._free.pop()
+        row = len(self._row) + len(self._free)
+        if row >= len(self._hits):
+            grown = np.zeros((2 * len(self._hits), self.config.sample_events), dtype=bool)
+            grown[: len(self._hits)] = self._hits
+            self._hits = grown
+        return row
+
+    def _remove(self, sid: str) -> None:
+        if sid not in self._subscribers:
+            return
+        del self._subscribers[sid]
+        self._channel.pop(sid, None)
+        row = self._row.pop(sid)
+        self._hits[row] = False
+        self._free.append(row)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """The whole state: the tables as JSON, the sample's bit matrix as a packed blob."""
+        meta = {
+            "config": asdict(self.config),
+            "subscribers": self._subscribers,
+            "row": self._row,
+            "free": self._free,
+            "slot_ids": self._slot_ids,
+            "next": self._next,
+            "filled": self._filled,
+            "channel": self._channel,
+            "versioned": self._versioned,
+            "versioned_subscribers": self._versioned_subscribers,
+            "version": self.version,
+            "method": self.method,
+            "base_ratio": self._base_ratio,
+            "last_attempt_ms": self._last_attempt_ms,
+            "joined": self._joined,
+            "counters": self.counters,
+            "decision": self.decision,
+        }
+        bits = pack_state(
+            "ChannelSample", {"bits": np.packbits(self._hits, axis=1).ravel(), "rows": np.array([len(self._hits)])}
+        )
+        return pack_documents(meta, sample=bits)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ChannelMonitor:
+        """The monitor that :meth:`to_bytes` saved."""
+        meta, blobs = unpack_documents(data)
+        mon = cls(ChannelMonitorConfig(**meta["config"]))
+        state = unpack_state("ChannelSample", blobs["sample"])
+        rows, size = int(state["rows"][0]), mon.config.sample_events
+        packed = state["bits"].reshape(rows, -1)
+        mon._hits = np.unpackbits(packed, axis=1, count=size).astype(bool)
+        mon._subscribers, mon._row, mon._free = meta["subscribers"], meta["row"], meta["free"]
+        mon._slot_ids = meta["slot_ids"]
+        mon._slot_of = {eid: i for i, eid in enumerate(mon._slot_ids) if eid is not None}
+        mon._next, mon._filled = meta["next"], meta["filled"]
+        mon._channel, mon._versioned = meta["channel"], meta["versioned"]
+        mon._versioned_subscribers = meta["versioned_subscribers"]
+        mon.version, mon.method = meta["version"], meta["method"]
+        mon._base_ratio, mon._last_attempt_ms = meta["base_ratio"], meta["last_attempt_ms"]
+        mon._joined, mon.counters, mon.decision = meta["joined"], meta["counters"], meta["decision"]
+        return mon
+
+
+def _waste(hits: BoolMatrix, labels: Labels) -> float:
+    """w = FP / D of ``labels`` over ``hits`` (0 without subscriptions)."""
+    return plan_metrics(hits, labels).waste_ratio if len(labels) else 0.0
+
+
+def _flooding_waste(metrics: PlanMetrics | None) -> float:
+    """The waste ratio of one channel for everyone, from the plan-independent flooding FP."""
+    if metrics is None:
+        return 0.0
+    deliveries = metrics.flooding_false_positives + metrics.matches
+    return metrics.flooding_false_positives / deliveries if deliveries else 0.0
+
+
+def _align(found: Labels, current: Labels, k: int) -> Labels:
+    """``found`` renumbered so that the most subscriptions keep their ``current`` channel
+    (maximum-weight matching of the K × K overlap counts)."""
+    overlap = np.zeros((k, k), dtype=np.int64)
+    np.add.at(overlap, (found, current), 1)
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    mapping = np.empty(k, dtype=np.int64)
+    mapping[rows] = cols
+    return np.asarray(mapping[found], dtype=np.int64)
