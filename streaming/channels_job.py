@@ -136,10 +136,10 @@ class ChannelsBatch(DriverBatch):
         now = self.max_time_ms if np.isfinite(self.max_time_ms) else sub_time
         versions = mon.step(now) if np.isfinite(now) else []
         stats.watermark_ms = now if np.isfinite(now) else None
-        waste = mon.waste_ratio()
+        waste = mon.last_waste_ratio
         stats.extra = {
             "versions": len(versions),
-            "subscriptions": len(mon.subscribers),
+            "live_subscriptions": len(mon.subscribers),
             "sample_events": mon.sample_size,
             **({} if waste is None else {"waste_ratio": round(waste, 3)}),
             "reclusters": mon.counters["reclusters"],

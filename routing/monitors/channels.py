@@ -44,7 +44,8 @@ When a version is planned (:meth:`ChannelMonitor.step`, at most one per call)
    (an assignment problem over the K × K overlap, :func:`scipy.optimize.linear_sum_assignment`),
    so that a re-clustering moves few subscribers.
 3. ``joined`` / ``left``: otherwise, when the membership changed since the last version
-   (``joined`` when some subscription was placed, else ``left``).
+   (``left`` when subscriptions were only removed; ``joined`` when one was placed or a
+   subscription's subscriber changed).
 
 Every version lists all K channels (members and their subscribers sorted, deliveries and waste
 ratio over the sample), the waste ratio w, the flooding ratio (one channel for everyone: N |∪_s
@@ -160,7 +161,24 @@ class ChannelMonitorConfig:
 
 
 class ChannelMonitor:
-    """The channels job's state and step functions (module docstring)."""
+    """The channels job's state and step functions (module docstring).
+
+    Attributes
+    ----------
+    config : ChannelMonitorConfig
+    version : int
+        The last planned version (0 before the first).
+    method : str
+        The method of the last re-clustering, ``join`` before the first.
+    counters : dict of str to int
+        ``versions``, ``reclusters`` (adopted), ``rejected`` (candidates short of the margin),
+        ``joined`` and ``left`` (subscriptions), ``duplicates`` (events already in the sample),
+        ``unknown`` (matched subscription ids that are not live).
+    decision : str
+        What the last :meth:`step` decided, in words.
+    last_waste_ratio : float or None
+        w of the assignment the last :meth:`step` left (None while the sample is empty).
+    """
 
     def __init__(self, config: ChannelMonitorConfig | None = None) -> None:
         self.config = config or ChannelMonitorConfig()
@@ -180,7 +198,6 @@ class ChannelMonitor:
         self.method = "join"  # the method of the last re-clustering
         self._base_ratio = 0.0  # w0: the waste ratio right after the last re-clustering
         self._last_attempt_ms: float | None = None
-        self._joined = 0  # placements since the last version
         self.counters: dict[str, int] = {
             "versions": 0,
             "reclusters": 0,
@@ -191,6 +208,7 @@ class ChannelMonitor:
             "unknown": 0,
         }
         self.decision = ""  # what the last step decided, in words
+        self.last_waste_ratio: float | None = None  # w of the assignment the last step left
 
     # -- read methods ----------------------------------------------------------------------
 
@@ -248,7 +266,6 @@ class ChannelMonitor:
             unions = self._unions()
             for sid in placing:
                 self._channel[sid] = unions.place(self._hits[self._row[sid]])
-            self._joined += len(placing)
             self.counters["joined"] += len(placing)
 
     def add_matches(
@@ -308,6 +325,7 @@ class ChannelMonitor:
         ids, hits = self.sample()
         labels = self._labels(ids, self._channel)
         w = _waste(hits, labels) if self._filled else None
+        self.last_waste_ratio = w
         if self.version == 0:
             detail = ""
             if len(ids) >= 2 and self._filled:
@@ -316,14 +334,12 @@ class ChannelMonitor:
                 w = _waste(hits, labels)
                 self._base_ratio = w
                 detail = (
-                    f"{len(ids):,} subscriptions clustered by {used} over {self._filled:,} events: waste ratio "
-                    f"{w:.3f} (the join placements: {w_join:.3f})"
+                    f"{len(ids):,} subscriptions clustered by {used} over {self._filled:,} events (the join "
+                    f"placements had waste ratio {w_join:.3f})"
                 )
             else:
-                detail = (
-                    f"{len(ids):,} subscriptions placed by the join rule"
-                    + (f" over {self._filled:,} events" if self._filled else " before any matched event")
-                    + (f": waste ratio {w:.3f}" if w is not None else "")
+                detail = f"{len(ids):,} subscriptions placed by the join rule" + (
+                    f" over {self._filled:,} events" if self._filled else " before any matched event"
                 )
             self.decision = "initial"
             return [self._version("initial", detail, now_ms)]
@@ -389,7 +405,7 @@ class ChannelMonitor:
             parts.append(f"{len(left):,} left ({names})")
         if not parts:
             parts.append("subscriber ids changed")
-        reason = "joined" if joined else "left"
+        reason = "left" if left and not joined else "joined"  # a changed subscriber re-joins
         self.counters["left"] += len(left)
         return self._version(reason, "; ".join(parts), now_ms)
 
@@ -433,11 +449,11 @@ class ChannelMonitor:
                 detail += f" (was {previous:.3f})"
         if flooding is not None:
             detail += f"; flooding {flooding:.3f}"
+        self.last_waste_ratio = waste
         self.version += 1
         self.counters["versions"] += 1
         self._versioned = dict(self._channel)
         self._versioned_subscribers = dict(self._subscribers)
-        self._joined = 0
         return {
             "version": self.version,
             "stage": "planned",
@@ -506,9 +522,9 @@ class ChannelMonitor:
             "method": self.method,
             "base_ratio": self._base_ratio,
             "last_attempt_ms": self._last_attempt_ms,
-            "joined": self._joined,
             "counters": self.counters,
             "decision": self.decision,
+            "last_waste_ratio": self.last_waste_ratio,
         }
         bits = pack_state(
             "ChannelSample", {"bits": np.packbits(self._hits, axis=1).ravel(), "rows": np.array([len(self._hits)])}
@@ -532,7 +548,8 @@ class ChannelMonitor:
         mon._versioned_subscribers = meta["versioned_subscribers"]
         mon.version, mon.method = meta["version"], meta["method"]
         mon._base_ratio, mon._last_attempt_ms = meta["base_ratio"], meta["last_attempt_ms"]
-        mon._joined, mon.counters, mon.decision = meta["joined"], meta["counters"], meta["decision"]
+        mon.counters, mon.decision = meta["counters"], meta["decision"]
+        mon.last_waste_ratio = meta["last_waste_ratio"]
         return mon
 
 

@@ -71,7 +71,14 @@ def test_versions_are_numbered_and_have_the_schemas_fields() -> None:
         assert [c["channel"] for c in v["channels"]] == [0, 1]
         assert decode(codec.encode(v), "ChannelAssignment")[1] == v  # exactly the schema's fields
     assert "a1" not in Assignment.from_record(left).channel_of
-    assert mon.counters["versions"] == 3
+    mon.apply_subscriptions([sub("b1", "new-owner")])  # same subscription, another subscriber
+    [moved] = mon.step(t + 4)
+    assert (moved["version"], moved["reason"], moved["detail"].split(";")[0]) == (4, "joined", "subscriber ids changed")
+    assert next(c["subscriber_ids"] for c in moved["channels"] if "b1" in c["subscription_ids"])[:2] == [
+        "new-owner",
+        "u-b2",
+    ]
+    assert mon.counters["versions"] == 4
 
 
 def test_new_subscriptions_are_placed_by_the_join_rule_on_the_sample() -> None:
