@@ -425,3 +425,58 @@ def test_a_placed_subscription_resumes_on_its_channel_and_a_missing_lobby_reads_
         stage.deliver(event(3, x=3))
         assert [e["event_id"] for e in collect(sub, 1)] == ["e3"]
         assert drain(sub, 1.0) == [] and sub.counters.moves == 0
+
+
+def test_clients_through_the_matching_jobs_delivery_stage(
+    kafka_conn: KafkaConnection, topic_prefix: str, spark: Any, tmp_path: Path
+) -> None:
+    """Publisher -> the matching job (its real delivery stage) -> Subscriber, with a move."""
+    from streaming.matching_job import MatchingConfig, build_query
+
+    cheap, dear = "price < 60", "price >= 120 and symbol = 'IBM'"
+    subscriber = Subscriber(conn=kafka_conn, topic_prefix=topic_prefix, subscriber_id="u1")
+    s_cheap = subscriber.subscribe(cheap, subscription_id="s-cheap")
+    s_dear = subscriber.subscribe(dear, subscription_id="s-dear")
+    cfg = MatchingConfig(conn=kafka_conn, checkpoint=tmp_path / "ckpt", topic_prefix=topic_prefix)
+    query, handler = build_query(spark, cfg)
+    published: list[dict[str, Any]] = []
+    try:
+        with Publisher(conn=kafka_conn, topic_prefix=topic_prefix, publisher_id="p1") as pub:
+            for wave in range(2):
+                if wave:  # the channels job's version 1 moves both out of the lobby: the job installs it
+                    # before the next batch's deliveries, so wave 1 is delivered by it
+                    DeliveryStage(kafka_conn, topic_prefix, k=3).plan(1, {"s-cheap": 1, "s-dear": 2})
+                for i in range(150):
+                    attributes = {"price": (i * 7) % 200, "symbol": "IBM" if i % 2 else "HP"}
+                    eid = pub.publish(attributes, event_id=f"w{wave}-{i}")
+                    published.append({"event_id": eid, "attributes": attributes})
+                pub.flush()
+                deadline = time.monotonic() + 120
+                while sum(b.events for b in handler.history) < len(published):
+                    assert time.monotonic() < deadline, "the job did not match every event"
+                    assert query.exception() is None, query.exception()
+                    time.sleep(0.3)
+        assert handler.delivery is not None and handler.delivery.assignment.version == 1
+    finally:
+        query.stop()
+        if handler.delivery is not None:
+            handler.delivery.close()
+    try:
+        for sub, text in ((s_cheap, cheap), (s_dear, dear)):
+            want = [e["event_id"] for e in published if parse_filter(text).matches(e["attributes"])]
+            got = [e["event_id"] for e in collect(sub, len(want), timeout_s=120)] + [
+                e["event_id"] for e in drain(sub, 2.0)
+            ]
+            assert sorted(got) == sorted(want), sub.subscription_id
+            assert (sub.channel, sub.version, sub.counters.moves, sub.counters.duplicates) == (
+                {"s-cheap": 1, "s-dear": 2}[sub.subscription_id],
+                1,
+                1,
+                0,
+            )
+        # in the lobby (wave 0) each one's events were the other's waste
+        assert s_cheap.counters.dropped_by_filter > 0 and s_dear.counters.dropped_by_filter > 0
+    finally:
+        subscriber.close()
+    receipts = read_topic(kafka_conn, topic_prefix + RECEIPTS_TOPIC, "Receipt")
+    assert len(receipts) == s_cheap.counters.yielded + s_dear.counters.yielded
