@@ -13,6 +13,12 @@ and tie handling differ; scipy's ``kmeans2`` restarts nothing).
 
 Symbols: X (n x d) the points, K the clusters, SS = Σ_i ||x_i − c_{label(i)}||².
 
+:func:`kmeans_weighted` applies the same rules to distinct points that stand for several equal
+ones (a point of weight w counts as w copies: in the seeding draws, the means and SS), with
+distances from one matrix product; with every weight 1 it draws what :func:`kmeans` draws, and
+:func:`kmeans` is its oracle (docs/conventions.md §6). Where a cluster is left empty it takes the
+farthest distinct point, copies and all.
+
 Examples
 --------
 >>> import numpy as np
@@ -21,6 +27,8 @@ Examples
 True
 >>> kmeans(x[:2], 3, seed=0).tolist()
 [0, 1]
+>>> kmeans_weighted(x, np.array([1, 3, 1, 1]), 2, seed=0).tolist() in ([0, 0, 1, 1], [1, 1, 0, 0])
+True
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MAX_ITERATIONS", "RESTARTS", "kmeans", "within_ss"]
+__all__ = ["MAX_ITERATIONS", "RESTARTS", "kmeans", "kmeans_weighted", "within_ss"]
 
 MAX_ITERATIONS = 100
 RESTARTS = 10
@@ -98,6 +106,81 @@ def kmeans(x: Points, k: int, seed: int) -> Labels:
     for _ in range(RESTARTS):
         labels = _lloyd(x, _seed_centres(x, k, rng))
         ss = within_ss(x, labels, k)
+        if best is None or ss < best_ss:  # the first restart wins a tie
+            best, best_ss = labels, ss
+    assert best is not None
+    return np.asarray(best, dtype=np.int64)
+
+
+Weights = npt.NDArray[np.int64]
+
+
+def _nearest_gram(x: Points, centres: Points) -> Labels:
+    """Each point's nearest centre (the lowest-numbered on a tie) by ||c||² − 2 x·c, one matrix product."""
+    scores = (centres * centres).sum(axis=1)[None, :] - 2.0 * (x @ centres.T)
+    return np.asarray(np.argmin(scores, axis=1), dtype=np.int64)
+
+
+def _weighted_means(wx: Points, mass_of: Points, labels: Labels, centres: Points) -> Points:
+    """Per cluster Σ w x / Σ w (``wx`` = w x per point); a cluster without points keeps its centre."""
+    k, dims = centres.shape
+    flat = (labels[:, None] * dims + np.arange(dims)[None, :]).ravel()
+    sums = np.bincount(flat, weights=wx.ravel(), minlength=k * dims).reshape(k, dims)
+    mass = np.bincount(labels, weights=mass_of, minlength=k)
+    return np.where(mass[:, None] > 0, sums / np.where(mass > 0, mass, 1.0)[:, None], centres)
+
+
+def _seed_weighted(x: Points, w: Weights, k: int, rng: np.random.Generator) -> Points:
+    n = len(x)
+    ends = np.cumsum(w)
+    chosen = [int(np.searchsorted(ends, rng.integers(int(ends[-1])), side="right"))]  # a copy, uniformly
+    nearest = ((x - x[chosen[0]]) ** 2).sum(axis=1)
+    for _ in range(1, k):
+        mass = w * nearest
+        total = float(mass.sum())
+        pick = int(rng.choice(n, p=mass / total)) if total > 0 else int(rng.integers(n))
+        chosen.append(pick)
+        nearest = np.minimum(nearest, ((x - x[pick]) ** 2).sum(axis=1))
+    return x[chosen].copy()
+
+
+def _lloyd_weighted(x: Points, wx: Points, w: Weights, centres: Points) -> Labels:
+    k = len(centres)
+    wf = w.astype(np.float64)
+    labels = _nearest_gram(x, centres)
+    for _ in range(MAX_ITERATIONS):
+        centres = _weighted_means(wx, wf, labels, centres)
+        counts = np.bincount(labels, minlength=k)
+        for c in np.flatnonzero(counts == 0).tolist():
+            dist = ((x - centres[labels]) ** 2).sum(axis=1)
+            counts = np.bincount(labels, minlength=k)
+            dist[counts[labels] <= 1] = -1.0  # never empty another cluster
+            far = int(np.argmax(dist))
+            labels[far] = c
+            centres[c] = x[far]
+        new = _nearest_gram(x, centres)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    return np.asarray(labels, dtype=np.int64)
+
+
+def kmeans_weighted(x: Points, weights: Weights, k: int, seed: int) -> Labels:
+    """Cluster labels (0..K−1) of the rows of ``x``, row i standing for ``weights[i]`` >= 1 equal points."""
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.int64)
+    n = len(x)
+    if n <= k:
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(seed % 2**64)
+    wf = w.astype(np.float64)
+    wx = wf[:, None] * x
+    best: Labels | None = None
+    best_ss = np.inf
+    for _ in range(RESTARTS):
+        labels = _lloyd_weighted(x, wx, w, _seed_weighted(x, w, k, rng))
+        centres = _weighted_means(wx, wf, labels, np.zeros((k, x.shape[1])))
+        ss = float((wf * ((x - centres[labels]) ** 2).sum(axis=1)).sum())
         if best is None or ss < best_ss:  # the first restart wins a tie
             best, best_ss = labels, ss
     assert best is not None

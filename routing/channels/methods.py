@@ -10,8 +10,14 @@ Sources: flooding and ideal, Opyrchal §2.1–2.2; ``ck`` and ``ov``, Tariq §3.
 Tariq Alg. 5 with Eq. 3.1 and 3.2 (row scaling of Ng, Jordan and Weiss); ``approx``, Opyrchal
 §2.6 with its net waste induced NWI(a, b) = |S_a| |U_b \\ U_a| + |S_b| |U_a \\ U_b|.
 
+Large N: :func:`spectral_ncut_sparse` runs ``spectral-ncut`` on one node per distinct recent window
+(sparse J, ``eigsh``, weighted k-means) without the N x N matrix; :func:`approx` keeps its order
+and the window's NWI incrementally.
+
 Oracles (docs/conventions.md §6): :func:`exact_by_enumeration` for :func:`exact`,
-:func:`net_waste_induced` (sets) for the matrix NWI inside :func:`approx`.
+:func:`net_waste_induced` (sets) for the matrix NWI inside :func:`approx`,
+:func:`approx_by_sorting` for :func:`approx`, :func:`spectral_ncut` (the dense steps) for
+:func:`spectral_ncut_sparse`.
 
 Examples
 --------
@@ -28,15 +34,18 @@ Examples
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
+from scipy import sparse
+from scipy.sparse import linalg as sparse_linalg
 
 from routing.channels.instance import Domain, ExactLimitError
-from routing.channels.kmeans import kmeans
-from routing.channels.similarity import isolated
+from routing.channels.kmeans import kmeans, kmeans_weighted
+from routing.channels.similarity import distinct_windows, isolated, recent_windows
 from routing.matching.language import Filter
 
 __all__ = [
@@ -47,6 +56,7 @@ __all__ = [
     "EXACT_LIMIT",
     "ChannelUnions",
     "approx",
+    "approx_by_sorting",
     "ck",
     "ck_coordinates",
     "exact",
@@ -60,6 +70,7 @@ __all__ = [
     "ov",
     "overlap",
     "spectral_ncut",
+    "spectral_ncut_sparse",
     "spectral_rassoc",
 ]
 
@@ -88,6 +99,9 @@ still go to the first in :data:`BOUNDED_METHODS` (the contract's table order).""
 
 EXACT_LIMIT = 12
 """The most distinct match sets ``exact`` accepts (the contract requires at least 12)."""
+
+DENSE_EIGEN_LIMIT = 1000
+"""Up to this many distinct windows, :func:`spectral_ncut_sparse` solves its eigenproblem densely."""
 
 APPROX_WINDOW = 100
 """``approx`` looks for the best pair among the first this many channels of its order."""
@@ -119,10 +133,9 @@ def flooding(n: int) -> Labels:
 def _distinct_rows(hits: BoolMatrix) -> tuple[BoolMatrix, Labels]:
     """The distinct match sets (first-appearance order) and each subscription's index among them."""
     keys: dict[bytes, int] = {}
-    which = np.empty(len(hits), dtype=np.int64)
-    for i, row in enumerate(np.packbits(hits, axis=1)):
-        which[i] = keys.setdefault(row.tobytes(), len(keys))
-    firsts = [int(np.flatnonzero(which == g)[0]) for g in range(len(keys))]
+    packed = np.packbits(hits, axis=1)
+    which = np.fromiter((keys.setdefault(row.tobytes(), len(keys)) for row in packed), dtype=np.int64, count=len(hits))
+    firsts = np.unique(which, return_index=True)[1] if len(which) else np.zeros(0, dtype=np.int64)
     return hits[firsts], which
 
 
@@ -261,15 +274,38 @@ class ChannelUnions:
 
 def join_isolated(hits: BoolMatrix, labels: Labels, ids: Sequence[str], k: int) -> Labels:
     """The join rule: each unplaced subscription (label −1), in id order, joins a channel by
-    :meth:`ChannelUnions.place`. Placed subscriptions keep their labels, which must lie in 0..K−1."""
+    :meth:`ChannelUnions.place`. Placed subscriptions keep their labels, which must lie in 0..K−1.
+
+    A subscription that matches nothing has ΔFP(c) = |U_c| and leaves every U_c as it is, so a run of
+    them (consecutive in id order) joins one channel, found once."""
     labels = labels.copy()
     unions = ChannelUnions(k, hits.shape[1])
-    for i, c in enumerate(labels.tolist()):
-        if c >= 0:
-            unions.add(c, hits[i])
-    for i in sorted((i for i in range(len(labels)) if labels[i] < 0), key=lambda i: ids[i]):
+    placed = np.flatnonzero(labels >= 0)
+    for c in range(k):
+        rows = placed[labels[placed] == c]
+        if len(rows):
+            unions.carried[c] = hits[rows].any(axis=0)
+            unions.size[c] = len(rows)
+    empty = set(np.flatnonzero(~hits.any(axis=1)).tolist())
+    run: list[int] = []
+    for i in sorted(np.flatnonzero(labels < 0).tolist(), key=ids.__getitem__):
+        if i in empty:
+            run.append(i)
+            continue
+        if run:
+            labels[run] = _join_empty(unions, len(run))
+            run = []
         labels[i] = unions.place(hits[i])
+    if run:
+        labels[run] = _join_empty(unions, len(run))
     return labels
+
+
+def _join_empty(unions: ChannelUnions, count: int) -> int:
+    """``count`` subscriptions with empty match sets, placed one after another: all on one channel."""
+    channel = int(np.argmin(unions.carried.sum(axis=1)))
+    unions.size[channel] += count
+    return channel
 
 
 def _clustered_then_joined(
@@ -317,6 +353,76 @@ def spectral_ncut(
     """Tariq Alg. 5 with Eq. 3.2: top-K eigenvectors of D^−1/2 A D^−1/2, rows scaled to unit length,
     k-means; isolated subscriptions by the join rule. With ``sigma``, A = exp(−(1 − J)/σ²) where J > 0."""
     return number_channels(_clustered_then_joined(hits, similarity, k, ids, "ncut", seed, sigma), ids)
+
+
+def _ncut_embedding_weighted(m: sparse.csr_matrix, count: Labels, k: int, seed: int) -> FloatMatrix:
+    """The ``spectral-ncut`` embedding of a graph whose node g stands for ``count[g]`` subscriptions with
+    one window: M(g, h) = A between members of g and h (M(g, g) = 1, the weight between equal
+    windows). The full A = P M P^T − I (P: subscription to node) maps vectors constant on each node
+    to such vectors, and the others to multiples of themselves with eigenvalue −1/d, so the top-K
+    eigenvectors of D^−1/2 A D^−1/2 are u = P C^−1/2 y for the top-K eigenvectors y of
+    B = D^−1/2 (C^1/2 M C^1/2 − I) D^−1/2, C = diag(count), d = M count − 1. A member's row of u is
+    y_g / sqrt(count_g): after the row scaling, y_g / |y_g|."""
+    c = count.astype(np.float64)
+    d = m @ c - 1.0
+    scale = np.sqrt(c / d)
+    b = sparse.csr_matrix(sparse.diags(scale) @ m @ sparse.diags(scale) - sparse.diags(1.0 / d))
+    g = len(c)
+    top = min(k, g)
+    if g <= max(DENSE_EIGEN_LIMIT, top + 1):
+        dense = b.toarray()
+        _, vectors = np.linalg.eigh((dense + dense.T) / 2)
+        y = vectors[:, ::-1][:, :top]
+    else:
+        # single precision: the rows are scaled and clustered, and each product costs half as much
+        start = np.random.default_rng(seed % 2**64).uniform(0.5, 1.5, size=g).astype(np.float32)
+        values, vectors = sparse_linalg.eigsh(
+            b.astype(np.float32), k=top, which="LA", v0=start, ncv=min(g - 1, 3 * top + 1)
+        )
+        y = vectors[:, np.argsort(-values, kind="stable")].astype(np.float64)
+    norms = np.linalg.norm(y, axis=1)
+    return np.asarray(np.divide(y, norms[:, None], out=np.zeros_like(y), where=norms[:, None] > 0))
+
+
+def spectral_ncut_sparse(
+    hits: BoolMatrix, psi: int, k: int, ids: Sequence[str], seed: int, sigma: float | None = None
+) -> Labels:
+    """``spectral-ncut`` without the N x N similarity: the same steps on one node per distinct window.
+
+    Subscriptions with equal windows R(s) have equal rows of J (and J = 1 between them), so the
+    graph is built on the distinct non-empty windows with their multiplicities (a sparse Jaccard from
+    the intersections R R^T), the top-K eigenvectors of its normalised weights come from
+    :func:`scipy.sparse.linalg.eigsh` (:func:`numpy.linalg.eigh` up to :data:`DENSE_EIGEN_LIMIT`
+    nodes), and k-means weighs each node by its multiplicity (:func:`kmeans_weighted`). Isolated
+    subscriptions (an empty window, or a window no other subscription shares an event with) follow
+    the join rule. The plan can differ from :func:`spectral_ncut`'s (other eigensolver, other
+    k-means draws); it is a plan of the same method.
+    """
+    n = len(hits)
+    match_sets, by_match_set = _distinct_rows(hits)  # equal match sets have equal windows
+    rows, by_window, _ = distinct_windows(recent_windows(match_sets, psi))
+    which = by_window[by_match_set]
+    count = np.bincount(which, minlength=len(rows)).astype(np.int64)
+    r = sparse.csr_matrix(rows, dtype=np.float64)
+    a = sparse.csr_matrix(r @ r.T)  # |R_g ∩ R_h|, the diagonal |R_g|
+    a.sort_indices()
+    size = np.asarray(rows.sum(axis=1), dtype=np.float64)
+    row_of = np.repeat(np.arange(len(rows)), np.diff(a.indptr))
+    a.data = a.data / (size[row_of] + size[a.indices] - a.data)  # J, and 1 on the diagonal
+    if sigma is not None:
+        a.data = np.exp(-(1.0 - a.data) / sigma**2)
+    nonempty = size > 0
+    edges = np.diff(a.indptr) - nonempty  # off-diagonal entries per node
+    inner = np.flatnonzero(nonempty & ((count > 1) | (edges > 0)))
+    labels = np.full(n, -1, dtype=np.int64)
+    if len(inner):
+        node = np.full(len(rows), -1, dtype=np.int64)
+        node[inner] = np.arange(len(inner))
+        points = _ncut_embedding_weighted(sparse.csr_matrix(a[inner][:, inner]), count[inner], k, seed)
+        found = kmeans_weighted(points, count[inner], k, seed)
+        members = np.flatnonzero(node[which] >= 0)
+        labels[members] = number_channels(found[node[which[members]]], [ids[int(i)] for i in members])
+    return number_channels(join_isolated(hits, labels, ids, k), ids)
 
 
 def spectral_rassoc(hits: BoolMatrix, similarity: FloatMatrix, k: int, ids: Sequence[str], seed: int) -> Labels:
@@ -402,10 +508,123 @@ def net_waste_induced(members_a: int, carried_a: set[int], members_b: int, carri
     return members_a * len(carried_b - carried_a) + members_b * len(carried_a - carried_b)
 
 
+def _popcount_rows(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+    """Set bits per row of a packed bit matrix."""
+    return np.asarray(np.bitwise_count(words).sum(axis=1, dtype=np.int64), dtype=np.int64)
+
+
+def _pack_words(rows: BoolMatrix) -> npt.NDArray[np.uint64]:
+    """Rows of bits packed into 64-bit words (zero padded), for AND/OR and popcounts."""
+    packed = np.packbits(rows, axis=1)
+    pad = (-packed.shape[1]) % 8
+    if pad or packed.shape[1] == 0:
+        packed = np.pad(packed, ((0, 0), (0, pad if packed.shape[1] else 8)))
+    return np.ascontiguousarray(packed).view(np.uint64)
+
+
 def approx(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WINDOW) -> Labels:
     """Opyrchal's approximation: from the ideal channels, merge the pair of least NWI among the first
     ``window`` channels ordered by (|U_c| ascending, Σ|M(s)| descending, smallest member id), ties to the
-    lexicographically first positions, until at most K channels remain."""
+    lexicographically first positions, until at most K channels remain.
+
+    Incremental bookkeeping: the order is a sorted list of keys (a merge removes two and inserts one),
+    the carried sets are packed bit rows, and NWI is kept for the pairs of the window's channels;
+    channels only leave the window by merging, so a merge recomputes the NWI rows of at most two
+    channels that enter it. :func:`approx_by_sorting` is the plain twin that sorts every channel and
+    recomputes the window's NWI at every merge (docs/conventions.md §6).
+    """
+    n = len(hits)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    sets, which = _distinct_rows(hits)
+    m = len(sets)
+    if m <= k:
+        return number_channels(which, ids)
+    cap = 2 * m
+    words = np.zeros((cap, _pack_words(sets[:1]).shape[1]), dtype=np.uint64)
+    words[:m] = _pack_words(sets)
+    width = np.zeros(cap, dtype=np.int64)
+    width[:m] = sets.sum(axis=1)
+    members = np.zeros(cap, dtype=np.int64)
+    members[:m] = np.bincount(which, minlength=m)
+    matches = np.zeros(cap, dtype=np.int64)
+    matches[:m] = np.bincount(which, weights=hits.sum(axis=1), minlength=m).astype(np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    rank[sorted(range(n), key=ids.__getitem__)] = np.arange(n)
+    first = np.full(cap, n, dtype=np.int64)
+    np.minimum.at(first, which, rank)  # the smallest member id, as its rank in string order
+    parent = np.arange(cap, dtype=np.int64)
+    size = min(window, m)
+    big = np.iinfo(np.int64).max
+    slot_of: dict[int, int] = {}
+    slot_cid = np.full(size, -1, dtype=np.int64)
+    slot_words = np.zeros((size, words.shape[1]), dtype=np.uint64)
+    nwi = np.full((size, size), big, dtype=np.int64)  # NWI of the window's pairs, by slot
+    free = list(range(size - 1, -1, -1))
+
+    def key(c: int) -> tuple[int, int, int, int]:
+        return (int(width[c]), -int(matches[c]), int(first[c]), c)
+
+    order = sorted(key(c) for c in range(m))
+    entering = order[:size]
+    next_cid, alive = m, m
+    while alive > k:
+        for entry in entering:
+            c = entry[3]
+            if c in slot_of or bisect.bisect_left(order, entry) >= size:
+                continue
+            x = free.pop()  # a channel enters the window: its NWI row and column
+            slot_of[c] = x
+            slot_cid[x] = c
+            slot_words[x] = words[c]
+            inter = _popcount_rows(slot_words & words[c])
+            row = members[c] * (width[slot_cid] - inter) + members[slot_cid] * (width[c] - inter)
+            row[slot_cid < 0] = big
+            row[x] = big
+            nwi[x, :] = row
+            nwi[:, x] = row
+        row_min = nwi.min(axis=1)
+        best = row_min.min()
+        rows = np.flatnonzero(row_min == best)
+        xs, ys = np.nonzero(nwi[rows] == best)
+        pairs = []
+        for x, y in zip(rows[xs].tolist(), ys.tolist(), strict=True):
+            pa = bisect.bisect_left(order, key(int(slot_cid[x])))
+            pb = bisect.bisect_left(order, key(int(slot_cid[y])))
+            if pa < pb:
+                pairs.append((pa, pb, x, y))
+        _, _, xa, xb = min(pairs)  # the lexicographically first positions
+        a, b = int(slot_cid[xa]), int(slot_cid[xb])
+        c = next_cid
+        next_cid += 1
+        parent[a] = parent[b] = c
+        words[c] = words[a] | words[b]
+        width[c] = int(_popcount_rows(words[c : c + 1])[0])
+        members[c] = members[a] + members[b]
+        matches[c] = matches[a] + matches[b]
+        first[c] = min(first[a], first[b])
+        for gone, x in ((a, xa), (b, xb)):
+            del order[bisect.bisect_left(order, key(gone))]
+            del slot_of[gone]
+            slot_cid[x] = -1
+            slot_words[x] = 0
+            nwi[x, :] = big
+            nwi[:, x] = big
+            free.append(x)
+        merged = key(c)
+        bisect.insort(order, merged)
+        alive -= 1
+        # channels leave the window only by merging: what enters is the merged channel or what the
+        # two departures pulled up to the window's last places
+        entering = [merged, *order[max(0, size - 3) : size]]
+    root = parent.copy()
+    for c in range(next_cid - 1, -1, -1):  # a merged channel's id exceeds its parts': one pass from the top
+        root[c] = root[root[c]]
+    return number_channels(root[which], ids)
+
+
+def approx_by_sorting(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WINDOW) -> Labels:
+    """The plain twin of :func:`approx`: sort every channel and recompute the window's NWI at each merge."""
     _, which = _distinct_rows(hits)
     sizes = hits.sum(axis=1)
     channels = []

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy import sparse
 
 from routing.channels.instance import ChannelError, ChannelInstance, ExactLimitError
 from routing.channels.match_sets import derive_hits, plan_metrics
@@ -41,6 +42,7 @@ from routing.channels.methods import (
     kmeans_on_rows,
     ov,
     spectral_ncut,
+    spectral_ncut_sparse,
     spectral_rassoc,
 )
 from routing.channels.similarity import jaccard, recent_windows
@@ -48,7 +50,9 @@ from routing.channels.similarity import jaccard, recent_windows
 __all__ = [
     "DEFAULT_BUDGET_MS",
     "DEFAULT_METHOD",
+    "DENSE_SIMILARITY_LIMIT",
     "RECLUSTER_METHODS",
+    "SPARSE_NCUT_FROM",
     "PreparedInstance",
     "plan_channels",
     "recluster",
@@ -57,6 +61,14 @@ __all__ = [
 
 DEFAULT_METHOD = "spectral-ncut"
 DEFAULT_BUDGET_MS = 2000
+
+SPARSE_NCUT_FROM = 2000
+"""From this many subscriptions ``spectral-ncut`` runs :func:`~routing.channels.methods.spectral_ncut_sparse`
+(one node per distinct window, sparse J, ``eigsh``); below it, the dense steps on the N x N J."""
+
+DENSE_SIMILARITY_LIMIT = 8000
+""":func:`recluster` refuses ``kmeans`` and ``spectral-rassoc`` (which need the dense N x N J, 8 N² bytes
+per copy) beyond this many subscriptions; ``auto`` then leaves them out."""
 
 
 @dataclass
@@ -98,6 +110,8 @@ def run_method(prep: PreparedInstance, method: str, sigma: float | None = None) 
     if method == "spectral-rassoc":
         return spectral_rassoc(hits, prep.similarity, k, ids, seed)
     if method == "spectral-ncut":
+        if len(ids) >= SPARSE_NCUT_FROM:
+            return spectral_ncut_sparse(hits, inst.psi, k, ids, seed, sigma)
         return spectral_ncut(hits, prep.similarity, k, ids, seed, sigma)
     if method == "approx":
         return approx(hits, k, ids)
@@ -108,7 +122,7 @@ RECLUSTER_METHODS = (*(m for m in BOUNDED_METHODS if m not in ("ck", "ov")), "au
 
 
 def recluster(
-    hits: npt.NDArray[np.bool_],
+    hits: npt.NDArray[np.bool_] | sparse.csr_matrix,
     ids: tuple[str, ...],
     k: int,
     method: str = DEFAULT_METHOD,
@@ -118,21 +132,39 @@ def recluster(
 ) -> tuple[npt.NDArray[np.int64], str]:
     """Channels for the match matrix of a live sample: what the channels job re-clusters with.
 
-    ``hits[i, j]`` says whether subscription ``ids[i]`` matched the sample's event j. The methods
-    are those of :func:`plan_channels` that need only the matches (``RECLUSTER_METHODS``; ``auto``
-    among them keeps the fewest false positives within ``budget_ms``). Returns the labels and the
-    method that made them.
+    ``hits[i, j]`` says whether subscription ``ids[i]`` matched the sample's event j: a dense bool
+    array or a :class:`scipy.sparse.csr_matrix` (its stored non-zero entries are the matches). The
+    methods are those of :func:`plan_channels` that need only the matches (``RECLUSTER_METHODS``;
+    ``auto`` among them keeps the fewest false positives within ``budget_ms``). ``spectral-ncut``, the
+    default, runs its sparse form from :data:`SPARSE_NCUT_FROM` subscriptions; ``kmeans`` and
+    ``spectral-rassoc`` are refused beyond :data:`DENSE_SIMILARITY_LIMIT` (``auto`` skips them there).
+    Returns the labels and the method that made them.
 
     >>> hits = np.array([[1, 0], [1, 0], [0, 1]], dtype=bool)
     >>> labels, used = recluster(hits, ("a", "b", "c"), 2, "approx")
     >>> labels.tolist(), used
     ([0, 0, 1], 'approx')
+    >>> recluster(sparse.csr_matrix(hits), ("a", "b", "c"), 2, "approx")[0].tolist()
+    [0, 0, 1]
     """
     if method not in RECLUSTER_METHODS:
         raise ChannelError(f"unknown re-clustering method {method!r}: one of {', '.join(RECLUSTER_METHODS)}")
+    if sparse.issparse(hits):
+        hits = np.asarray(sparse.csr_matrix(hits).toarray() != 0, dtype=bool)
+    hits = np.asarray(hits, dtype=bool)
     inst = ChannelInstance(k=k, psi=psi, seed=seed, subscription_ids=ids, filters=(), event_ids=(), events=())
     prep = PreparedInstance(inst, hits)
+    dense_only = ("kmeans", "spectral-rassoc")
+
+    def refuse_dense(candidate: str) -> None:
+        if candidate in dense_only and len(ids) > DENSE_SIMILARITY_LIMIT:
+            raise ChannelError(
+                f"{candidate} needs the dense {len(ids)} x {len(ids)} similarity: at most "
+                f"{DENSE_SIMILARITY_LIMIT} subscriptions"
+            )
+
     if method != "auto":
+        refuse_dense(method)
         return run_method(prep, method), method
     started = time.perf_counter()
     best: tuple[int, str, npt.NDArray[np.int64]] | None = None
@@ -142,6 +174,7 @@ def recluster(
         if best is not None and (time.perf_counter() - started) * 1000 > budget_ms:
             break
         try:
+            refuse_dense(candidate)
             labels = run_method(prep, candidate)
         except (ExactLimitError, ChannelError):
             continue

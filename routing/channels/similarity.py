@@ -5,9 +5,11 @@ when it has fewer); J(i, j) = |R_i ∩ R_j| / |R_i ∪ R_j| for i ≠ j, 0 when 
 J(i, i) = 0. The similarity graph joins i and j when J(i, j) > 0; a subscription without an edge
 is *isolated*.
 
-:func:`jaccard` builds J with a sparse product (scipy.sparse); :func:`jaccard_by_sets` is its
-oracle with Python sets (docs/conventions.md §6). Invariants: J is symmetric, in [0, 1], zero
-on the diagonal.
+:func:`jaccard` builds the dense J with a sparse product (scipy.sparse); :func:`jaccard_sparse`
+keeps J sparse (only pairs that share an event); :func:`jaccard_by_sets` is the oracle of both
+with Python sets, and :func:`recent_windows_by_rows` that of :func:`recent_windows`
+(docs/conventions.md §6). :func:`distinct_windows` collapses equal windows, whose rows of J are
+equal. Invariants: J is symmetric, in [0, 1], zero on the diagonal.
 
 Examples
 --------
@@ -25,7 +27,15 @@ import numpy as np
 import numpy.typing as npt
 from scipy import sparse
 
-__all__ = ["isolated", "jaccard", "jaccard_by_sets", "recent_windows"]
+__all__ = [
+    "distinct_windows",
+    "isolated",
+    "jaccard",
+    "jaccard_by_sets",
+    "jaccard_sparse",
+    "recent_windows",
+    "recent_windows_by_rows",
+]
 
 BoolMatrix = npt.NDArray[np.bool_]
 FloatMatrix = npt.NDArray[np.float64]
@@ -34,11 +44,62 @@ FloatMatrix = npt.NDArray[np.float64]
 def recent_windows(hits: BoolMatrix, psi: int) -> BoolMatrix:
     """R(s) per row: keep only the last ``psi`` True entries of each row of ``hits``.
 
+    Works on the True entries only (row-major, so each row's are in sample order): an entry is kept
+    when fewer than ``psi`` of its row's entries follow it. :func:`recent_windows_by_rows` is the
+    plain twin.
+
     >>> recent_windows(np.array([[1, 1, 1]], dtype=bool), 2).tolist()
     [[False, True, True]]
     """
-    from_end = np.cumsum(hits[:, ::-1], axis=1)[:, ::-1]  # matches at or after each column
-    return np.asarray(hits & (from_end <= psi), dtype=bool)
+    rows, cols = np.nonzero(hits)
+    ends = np.cumsum(np.bincount(rows, minlength=len(hits)))
+    after = ends[rows] - 1 - np.arange(len(rows))  # entries of the same row after this one
+    keep = after < psi
+    out = np.zeros(hits.shape, dtype=bool)
+    out[rows[keep], cols[keep]] = True
+    return out
+
+
+def recent_windows_by_rows(hits: BoolMatrix, psi: int) -> BoolMatrix:
+    """The oracle of :func:`recent_windows`: each row's last ``psi`` matches, one row at a time."""
+    out = np.zeros(hits.shape, dtype=bool)
+    for i, row in enumerate(hits):
+        matched = np.flatnonzero(row)
+        out[i, matched[max(0, len(matched) - psi) :]] = True
+    return out
+
+
+def distinct_windows(windows: BoolMatrix) -> tuple[BoolMatrix, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The distinct rows of ``windows`` (first-appearance order), each row's index among them, and how
+    many rows each distinct one stands for.
+
+    >>> rows, which, count = distinct_windows(np.array([[1, 0], [0, 1], [1, 0]], dtype=bool))
+    >>> rows.astype(int).tolist(), which.tolist(), count.tolist()
+    ([[1, 0], [0, 1]], [0, 1, 0], [2, 1])
+    """
+    keys: dict[bytes, int] = {}
+    which = np.fromiter(
+        (keys.setdefault(row.tobytes(), len(keys)) for row in np.packbits(windows, axis=1)),
+        dtype=np.int64,
+        count=len(windows),
+    )
+    firsts = np.unique(which, return_index=True)[1]
+    return windows[firsts], which, np.bincount(which, minlength=len(firsts)).astype(np.int64)
+
+
+def jaccard_sparse(windows: BoolMatrix) -> sparse.csr_matrix:
+    """J as a sparse matrix (only the pairs that share an event are stored), zero diagonal.
+
+    >>> jaccard_sparse(np.array([[1, 1, 0], [0, 1, 1], [0, 0, 0]], dtype=bool)).toarray().round(3).tolist()
+    [[0.0, 0.333, 0.0], [0.333, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+    r = sparse.csr_matrix(windows, dtype=np.float64)
+    inter = sparse.triu(r @ r.T, k=1, format="coo")  # counts, exact in float64
+    sizes = np.asarray(windows.sum(axis=1), dtype=np.float64)
+    data = inter.data / (sizes[inter.row] + sizes[inter.col] - inter.data)
+    n = len(windows)
+    upper = sparse.coo_matrix((data, (inter.row, inter.col)), shape=(n, n))
+    return sparse.csr_matrix(upper + upper.T)
 
 
 def jaccard(windows: BoolMatrix) -> FloatMatrix:
