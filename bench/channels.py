@@ -39,13 +39,24 @@ between placements, as the channels job will keep them.
 
 Times are wall clock on this machine; in part 2 the best of ``--repeat`` runs (auto: one run). No assertion on time.
 
-Run: ``.venv/bin/python bench/channels.py`` (a few minutes; ``--quick``: small sizes, seconds).
-Readings: docs/results/channels.md.
+``--scale`` (instead of parts 1 and 2): the channels job's re-clustering at N = ``--scale-sizes``
+(default 8,000, 16,000, 32,000) on Gryphon 0.88 with ``--scale-events`` events (2,000), psi =
+``--psi``, K = ``--scale-k`` (32 with ``--scale``): per N, ``routing.channels.recluster`` with
+``spectral-ncut`` (its default method; the sparse path from ``SPARSE_NCUT_FROM`` subscriptions)
+and with ``approx``, each timed (best of ``--repeat``) with its FP; and the dense ``spectral-ncut``
+steps (N x N J, ``eigh``) where their J fits in ``--max-dense-gb``, for the FP of the dense path.
+Then ``ChannelUnions.place`` per placement at the largest N, on the unions of the default plan.
+The header names the BLAS thread setting (``OPENBLAS_NUM_THREADS``), which matters on a shared
+machine.
+
+Run: ``.venv/bin/python bench/channels.py`` (a few minutes; ``--quick``: small sizes, seconds;
+``--scale``: the re-clustering target). Readings: docs/results/channels.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -68,6 +79,7 @@ from routing.channels import (
     plan_channels,
     plan_metrics,
     recent_windows,
+    recluster,
 )
 from routing.channels.methods import (
     _distinct_rows,
@@ -266,6 +278,63 @@ def part_time(args: argparse.Namespace) -> None:
     print(f"   ChannelUnions.place on kept unions (ΔFP, argmin, update): {per_step * 1e3:.4f} ms per placement")
 
 
+def part_scale(args: argparse.Namespace) -> None:
+    """``--scale``: re-clustering with the job's entry point at the target sizes, and the join rule."""
+    k = args.scale_k
+    blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset (OpenBLAS default: all cores)")
+    print(
+        f"== re-clustering for the channels job: Gryphon 0.88 (gryphon preset, 15 attrs x 4 Zipf values, "
+        f"decay 0.88), {args.scale_events} events, psi={args.psi}, K={k}, seed {args.seed}; "
+        f"routing.channels.recluster, best of {args.repeat}; OPENBLAS_NUM_THREADS={blas}; target <= 2 s at N=32000"
+    )
+    print(
+        f"   {'N':>6} {'matches':>8} {'distinct M':>10} {'distinct R':>10} | {'ncut s':>7} {'ncut FP':>10} | "
+        f"{'approx s':>8} {'approx FP':>10} | {'dense ncut s':>12} {'dense FP':>10}"
+    )
+    keep: tuple[Any, ...] | None = None
+    for n in args.scale_sizes:
+        w, _, _ = workload("Gryphon 0.88", n, args.seed)
+        inst = instance(w, {}, args.scale_events, k, args.psi, args.seed)
+        ids = inst.subscription_ids
+        hits = derive_hits(inst.filters, inst.events)
+        distinct_m = len(_distinct_rows(hits)[0])
+        distinct_r = len(_distinct_rows(recent_windows(hits, args.psi))[0])
+        t_ncut, (ncut, used) = timed(
+            lambda h=hits, i=ids: recluster(h, i, k, "spectral-ncut", args.psi, args.seed), args.repeat
+        )
+        t_app, (app, _) = timed(lambda h=hits, i=ids: recluster(h, i, k, "approx", args.psi, args.seed), args.repeat)
+        assert used == "spectral-ncut"
+        fp_ncut, fp_app = plan_metrics(hits, ncut).false_positives, plan_metrics(hits, app).false_positives
+        if 3 * 8 * len(ids) ** 2 / 1e9 <= args.max_dense_gb:
+            t_dense, dense = timed(
+                lambda h=hits, i=ids: spectral_ncut(h, jaccard(recent_windows(h, args.psi)), k, i, args.seed)
+            )
+            dense_cells = f"{t_dense:>12.2f} {plan_metrics(hits, dense).false_positives:>10}"
+        else:
+            dense_cells = f"{'capped':>12} {'':>10}"
+        print(
+            f"   {len(ids):>6} {int(hits.sum()):>8} {distinct_m:>10} {distinct_r:>10} | {t_ncut:>7.2f} {fp_ncut:>10} | "
+            f"{t_app:>8.2f} {fp_app:>10} | {dense_cells}"
+        )
+        keep = (hits, ncut, ids)
+    if keep is None:
+        return
+    hits, labels, ids = keep
+    unions = ChannelUnions(k, hits.shape[1])
+    for i, c in enumerate(labels.tolist()):
+        unions.add(c, hits[i])
+    rng = np.random.default_rng(args.seed)
+    new = rng.choice(len(ids), size=min(args.placements, len(ids)), replace=False)
+    t0 = time.perf_counter()
+    for i in new:
+        unions.place(hits[i])
+    per_step = (time.perf_counter() - t0) / len(new)
+    print(
+        f"== join rule at N={len(ids)}, {hits.shape[1]} events, K={k}: ChannelUnions.place on the spectral-ncut plan's "
+        f"unions, {len(new)} placements: {per_step * 1e3:.4f} ms per placement (target <= 1 ms)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subs", type=int, default=1000, help="subscriptions per FP instance")
@@ -273,9 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--psi", type=int, default=20, help="recent-event window psi")
     ap.add_argument("--ks", default="8,16,32", help="K values (comma list)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale-sizes", default="1000,2000,4000,8000,32000", help="N for the timing part (comma list)")
+    ap.add_argument(
+        "--scale-sizes",
+        default=None,
+        help="N for the timing part (comma list; 1000,...,32000, --scale 8000,16000,32000)",
+    )
     ap.add_argument("--scale-events", type=int, default=2000, help="events in the timing samples")
-    ap.add_argument("--scale-k", type=int, default=16, help="K for the timing part")
+    ap.add_argument("--scale-k", type=int, default=None, help="K for the timing part (16; --scale: 32)")
     ap.add_argument("--max-dense-gb", type=float, default=8.0, help="cap: largest 3 x 8 N^2 bytes to build J")
     ap.add_argument(
         "--approx-max-distinct", type=int, default=4000, help="cap: approx only up to this many distinct match sets"
@@ -286,7 +359,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-fp", action="store_true", help="only the timing part")
     ap.add_argument("--skip-time", action="store_true", help="only the FP part")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run of seconds)")
+    ap.add_argument(
+        "--scale", action="store_true", help="only the job's re-clustering at 8k/16k/32k subscriptions (see above)"
+    )
     args = ap.parse_args(argv)
+    if args.scale_sizes is None:
+        args.scale_sizes = "8000,16000,32000" if args.scale else "1000,2000,4000,8000,32000"
+    if args.scale_k is None:
+        args.scale_k = 32 if args.scale else 16
     if args.quick:
         args.subs, args.events, args.ks = 200, 600, "8,16"
         args.scale_sizes, args.scale_events, args.placements = "500,1000", 500, 50
@@ -294,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     args.scale_sizes = [int(x) for x in str(args.scale_sizes).split(",")]
     args.workloads = ("WL1", "WL2", "Gryphon 0.78", "Gryphon 0.88")
     started = time.perf_counter()
+    if args.scale:
+        part_scale(args)
+        print(f"== total {time.perf_counter() - started:.0f} s")
+        return 0
     if not args.skip_fp:
         part_fp(args)
     if not args.skip_time:
