@@ -68,10 +68,17 @@ PYSPARK_HOMES = ("streaming/", "tests/spark/")
 SparkSession. ``infra/spark_cluster.py`` starts Spark as processes and imports no pyspark."""
 
 KAFKA_CLIENTS = frozenset({"confluent_kafka", "kafka"})
-KAFKA_HOMES = ("producers/", "infra/", "streaming/", "tests/integration/", "bench/matching_e2e.py")
+KAFKA_HOMES = (
+    "producers/",
+    "infra/",
+    "streaming/",
+    "tests/integration/",
+    "bench/matching_e2e.py",
+    "bench/delivery_e2e.py",
+)
 """Paths (prefixes) that may import a Kafka client: the writers, broker setup and readers at the
-edge, the tests against the real broker, and the one benchmark that measures the broker's own
-ceiling with a raw librdkafka producer and consumer."""
+edge, the tests against the real broker, and the two end-to-end benchmarks that read topics with a
+raw librdkafka consumer (and measure the broker's own ceiling)."""
 
 MAX_LINES = 1500
 
