@@ -543,27 +543,28 @@ def approx(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WI
     cap = 2 * m
     words = np.zeros((cap, _pack_words(sets[:1]).shape[1]), dtype=np.uint64)
     words[:m] = _pack_words(sets)
-    width = np.zeros(cap, dtype=np.int64)
-    width[:m] = sets.sum(axis=1)
-    members = np.zeros(cap, dtype=np.int64)
-    members[:m] = np.bincount(which, minlength=m)
-    matches = np.zeros(cap, dtype=np.int64)
-    matches[:m] = np.bincount(which, weights=hits.sum(axis=1), minlength=m).astype(np.int64)
+    width: list[int] = sets.sum(axis=1).tolist() + [0] * m
+    members: list[int] = np.bincount(which, minlength=m).tolist() + [0] * m
+    matches: list[int] = np.bincount(which, weights=hits.sum(axis=1), minlength=m).astype(np.int64).tolist() + [0] * m
     rank = np.empty(n, dtype=np.int64)
     rank[sorted(range(n), key=ids.__getitem__)] = np.arange(n)
-    first = np.full(cap, n, dtype=np.int64)
-    np.minimum.at(first, which, rank)  # the smallest member id, as its rank in string order
+    lowest = np.full(m, n, dtype=np.int64)
+    np.minimum.at(lowest, which, rank)  # the smallest member id, as its rank in string order
+    first: list[int] = lowest.tolist() + [0] * m
     parent = np.arange(cap, dtype=np.int64)
     size = min(window, m)
     big = np.iinfo(np.int64).max
     slot_of: dict[int, int] = {}
-    slot_cid = np.full(size, -1, dtype=np.int64)
+    slot_key: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * size
+    slot_used = np.zeros(size, dtype=bool)
+    slot_width = np.zeros(size, dtype=np.int64)
+    slot_members = np.zeros(size, dtype=np.int64)
     slot_words = np.zeros((size, words.shape[1]), dtype=np.uint64)
     nwi = np.full((size, size), big, dtype=np.int64)  # NWI of the window's pairs, by slot
     free = list(range(size - 1, -1, -1))
 
     def key(c: int) -> tuple[int, int, int, int]:
-        return (int(width[c]), -int(matches[c]), int(first[c]), c)
+        return (width[c], -matches[c], first[c], c)
 
     order = sorted(key(c) for c in range(m))
     entering = order[:size]
@@ -571,15 +572,18 @@ def approx(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WI
     while alive > k:
         for entry in entering:
             c = entry[3]
-            if c in slot_of or bisect.bisect_left(order, entry) >= size:
+            if c in slot_of:
                 continue
             x = free.pop()  # a channel enters the window: its NWI row and column
             slot_of[c] = x
-            slot_cid[x] = c
+            slot_key[x] = entry
+            slot_used[x] = True
+            slot_width[x] = width[c]
+            slot_members[x] = members[c]
             slot_words[x] = words[c]
-            inter = _popcount_rows(slot_words & words[c])
-            row = members[c] * (width[slot_cid] - inter) + members[slot_cid] * (width[c] - inter)
-            row[slot_cid < 0] = big
+            inter = np.bitwise_count(slot_words & words[c]).sum(axis=1, dtype=np.int64)
+            row = members[c] * (slot_width - inter) + slot_members * (width[c] - inter)
+            row[~slot_used] = big
             row[x] = big
             nwi[x, :] = row
             nwi[:, x] = row
@@ -587,36 +591,38 @@ def approx(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WI
         best = row_min.min()
         rows = np.flatnonzero(row_min == best)
         xs, ys = np.nonzero(nwi[rows] == best)
-        pairs = []
-        for x, y in zip(rows[xs].tolist(), ys.tolist(), strict=True):
-            pa = bisect.bisect_left(order, key(int(slot_cid[x])))
-            pb = bisect.bisect_left(order, key(int(slot_cid[y])))
-            if pa < pb:
-                pairs.append((pa, pb, x, y))
-        _, _, xa, xb = min(pairs)  # the lexicographically first positions
-        a, b = int(slot_cid[xa]), int(slot_cid[xb])
+        # positions in the order compare as the keys do: the lexicographically first pair of positions
+        _, _, xa, xb = min(
+            (slot_key[x], slot_key[y], x, y)
+            for x, y in zip(rows[xs].tolist(), ys.tolist(), strict=True)
+            if slot_key[x] < slot_key[y]
+        )
+        a, b = slot_key[xa][3], slot_key[xb][3]
         c = next_cid
         next_cid += 1
         parent[a] = parent[b] = c
         words[c] = words[a] | words[b]
-        width[c] = int(_popcount_rows(words[c : c + 1])[0])
+        width[c] = int(np.bitwise_count(words[c]).sum())
         members[c] = members[a] + members[b]
         matches[c] = matches[a] + matches[b]
         first[c] = min(first[a], first[b])
-        for gone, x in ((a, xa), (b, xb)):
-            del order[bisect.bisect_left(order, key(gone))]
-            del slot_of[gone]
-            slot_cid[x] = -1
+        for x in (xa, xb):
+            del order[bisect.bisect_left(order, slot_key[x])]
+            del slot_of[slot_key[x][3]]
+            slot_used[x] = False
+            slot_width[x] = 0
+            slot_members[x] = 0
             slot_words[x] = 0
             nwi[x, :] = big
             nwi[:, x] = big
             free.append(x)
         merged = key(c)
-        bisect.insort(order, merged)
+        at = bisect.bisect_left(order, merged)
+        order.insert(at, merged)
         alive -= 1
         # channels leave the window only by merging: what enters is the merged channel or what the
         # two departures pulled up to the window's last places
-        entering = [merged, *order[max(0, size - 3) : size]]
+        entering = ([merged] if at < size else []) + order[max(0, size - 3) : size]
     root = parent.copy()
     for c in range(next_cid - 1, -1, -1):  # a merged channel's id exceeds its parts': one pass from the top
         root[c] = root[root[c]]
