@@ -40,7 +40,8 @@ between placements, as the channels job will keep them.
 Times are wall clock on this machine; in part 2 the best of ``--repeat`` runs (auto: one run). No assertion on time.
 
 ``--scale`` (instead of parts 1 and 2): the channels job's re-clustering at N = ``--scale-sizes``
-(default 8,000, 16,000, 32,000) on Gryphon 0.88 with ``--scale-events`` events (2,000), psi =
+(default 8,000, 16,000, 32,000) on ``--scale-workload`` (default Gryphon 0.88; WL1, WL2, Gryphon
+0.78 as in part 1) with ``--scale-events`` events (2,000), psi =
 ``--psi``, K = ``--scale-k`` (32 with ``--scale``): per N, ``routing.channels.recluster`` with
 ``spectral-ncut`` (its default method; the sparse path from ``SPARSE_NCUT_FROM`` subscriptions)
 and with ``approx``, each timed (best of ``--repeat``) with its FP; and the dense ``spectral-ncut``
@@ -282,9 +283,10 @@ def part_scale(args: argparse.Namespace) -> None:
     """``--scale``: re-clustering with the job's entry point at the target sizes, and the join rule."""
     k = args.scale_k
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset (OpenBLAS default: all cores)")
+    name = args.scale_workload
     print(
-        f"== re-clustering for the channels job: Gryphon 0.88 (gryphon preset, 15 attrs x 4 Zipf values, "
-        f"decay 0.88), {args.scale_events} events, psi={args.psi}, K={k}, seed {args.seed}; "
+        f"== re-clustering for the channels job: {workload(name, 5, args.seed)[2].replace(', 5 subs', '')}, "
+        f"{args.scale_events} events, psi={args.psi}, K={k}, seed {args.seed}; "
         f"routing.channels.recluster, best of {args.repeat}; OPENBLAS_NUM_THREADS={blas}; target <= 2 s at N=32000"
     )
     print(
@@ -293,7 +295,7 @@ def part_scale(args: argparse.Namespace) -> None:
     )
     keep: tuple[Any, ...] | None = None
     for n in args.scale_sizes:
-        w, _, _ = workload("Gryphon 0.88", n, args.seed)
+        w, _, _ = workload(name, n, args.seed)
         inst = instance(w, {}, args.scale_events, k, args.psi, args.seed)
         ids = inst.subscription_ids
         hits = derive_hits(inst.filters, inst.events)
@@ -359,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-fp", action="store_true", help="only the timing part")
     ap.add_argument("--skip-time", action="store_true", help="only the FP part")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run of seconds)")
+    ap.add_argument(
+        "--scale-workload",
+        default="Gryphon 0.88",
+        choices=("WL1", "WL2", "Gryphon 0.78", "Gryphon 0.88"),
+        help="--scale: the workload",
+    )
     ap.add_argument(
         "--scale", action="store_true", help="only the job's re-clustering at 8k/16k/32k subscriptions (see above)"
     )
