@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-k", type=int, default=None, help="K for the timing part (16; --scale: 32)")
     ap.add_argument("--max-dense-gb", type=float, default=8.0, help="cap: largest 3 x 8 N^2 bytes to build J")
     ap.add_argument(
-        "--approx-max-distinct", type=int, default=4000, help="cap: approx only up to this many distinct match sets"
+        "--approx-max-distinct", type=int, default=100_000, help="cap: approx only up to this many distinct match sets"
     )
     ap.add_argument("--auto-max", type=int, default=2000, help="cap: auto only up to this N in the timing part")
     ap.add_argument("--repeat", type=int, default=2, help="timing part: best of this many runs (auto: one)")
