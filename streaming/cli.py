@@ -1128,10 +1128,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--budget-ms", type=float, default=2000.0, help="time budget of auto (default: %(default)s)")
     p.add_argument(
-        "--drift", type=float, default=0.05, help="waste-ratio rise that triggers re-clustering (default: %(default)s)"
+        "--drift",
+        type=float,
+        default=0.05,
+        help="rise of the false positives as a share of flooding's that re-clusters (default: %(default)s)",
     )
     p.add_argument(
-        "--margin", type=float, default=0.1, help="least relative cut of the waste to adopt one (default: %(default)s)"
+        "--margin",
+        type=float,
+        default=0.1,
+        help="least fraction of the false positives a new clustering must cut to be adopted (default: %(default)s)",
     )
     p.add_argument(
         "--min-interval-s", type=float, default=60.0, help="least time between attempts (default: %(default)s)"

@@ -35,6 +35,14 @@ before ``B`` runs. ``foreachBatch`` then:
    valid event gets a ``Match`` record, with an empty ``subscription_ids`` when nothing matched
    (as docs/reference/matching-log.md).
 
+4. **Delivery** (``MatchingConfig.deliver``, on by default; docs/reference/delivery.md). Before
+   the events are matched, ``streaming.delivery`` installs the newest planned channel
+   assignment (markers, the installed record with the hand-over offsets) and the workers add,
+   per matched event, its value as published once to each channel topic that carries one of its
+   subscriptions, in the same write. The source then also subscribes to the channels topic
+   (``CHANNELS_TOPIC``; its rows are not matched), so that a new planned version starts a
+   micro-batch even when no events arrive.
+
 Guarantees
 ----------
 - **Order.** All subscription changes of micro-batch ``B`` apply before ``B``'s events are matched;
@@ -74,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
 from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_change
-from schemas.topics import DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
+from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
 from streaming.session import await_query, kafka_stream, start_batches
 from streaming.subscription_store import TableStore
 
@@ -483,6 +491,8 @@ def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) ->
     # its records are read by offset range in each batch (MatchingBatch). The events' rows go to
     # the Python workers undecoded (module docstring, 3.).
     topics = [cfg.events_topic, cfg.subscriptions_topic]
+    if cfg.deliver:  # a new planned version starts a micro-batch, which installs it (streaming.delivery)
+        topics.append(cfg.topic_prefix + CHANNELS_TOPIC)
     source = kafka_stream(spark, cfg.conn, topics, cfg.max_offsets_per_trigger)
     events = event_rows(source, cfg.events_topic)
     handler = MatchingBatch(spark, cfg, quiet)

@@ -34,12 +34,15 @@ When a version is planned (:meth:`ChannelMonitor.step`, at most one per call)
 1. ``initial``: the first call with live subscriptions. With at least two subscriptions and a
    non-empty sample they are re-clustered (``recluster`` below, without the margin test);
    otherwise the join placements stand.
-2. ``reclustered``: the waste ratio w of the current assignment exceeds w₀, the ratio measured
-   right after the last re-clustering, by more than ``drift`` (w > w₀ + drift: hysteresis), at
-   least ``min_interval_ms`` passed since the last re-clustering attempt, and the candidate of
-   :func:`routing.channels.recluster` (``method``, ψ = ``psi``, ``seed``, ``budget_ms``) has
-   w' <= (1 − ``margin``) · w. A candidate that fails the margin is dropped (counted as
-   ``rejected``; w₀ stays, so the next attempt waits ``min_interval_ms``). The candidate's
+2. ``reclustered``: the current assignment's false positives as a share of flooding's on the
+   same sample, r = FP / FP_flooding, exceed r₀, the share right after the last re-clustering,
+   by more than ``drift`` (r > r₀ + drift: hysteresis), at least ``min_interval_ms`` passed since
+   the last re-clustering attempt, and the candidate of :func:`routing.channels.recluster`
+   (``method``, ψ = ``psi``, ``seed``, ``budget_ms``) has FP' <= (1 − ``margin``) · FP on the
+   same sample. Not the waste ratio w itself: with many subscriptions per channel w stays close
+   to 1 even when a re-clustering cuts the deliveries tenfold, while r goes from 1 to 0.1. A
+   candidate that fails the margin is dropped (counted as ``rejected``; r₀ stays, so the next
+   attempt waits ``min_interval_ms``). The candidate's
    channels are renumbered to keep as many subscriptions as possible on the channel they are on
    (an assignment problem over the K × K overlap, :func:`scipy.optimize.linear_sum_assignment`),
    so that a re-clustering moves few subscribers.
@@ -126,10 +129,11 @@ class ChannelMonitorConfig:
         Re-clustering method, one of ``routing.channels.RECLUSTER_METHODS`` (default
         ``spectral-ncut``; ``auto`` keeps the fewest false positives within ``budget_ms``).
     drift : float
-        Re-cluster only when the waste ratio exceeds the one after the last re-clustering by more
-        than this (absolute, a ratio in [0, 1]).
+        Re-cluster only when the false positives, as a share of flooding's on the same sample,
+        exceed their share right after the last re-clustering by more than this (absolute).
     margin : float
-        ...and only when the candidate cuts the waste ratio by at least this fraction.
+        ...and only when the candidate cuts the false positives on the sample by at least this
+        fraction.
     min_interval_ms : int
         Least time between two re-clustering attempts (the caller's clock).
     budget_ms : float
@@ -196,7 +200,7 @@ class ChannelMonitor:
         self._versioned_subscribers: dict[str, str] = {}
         self.version = 0
         self.method = "join"  # the method of the last re-clustering
-        self._base_ratio = 0.0  # w0: the waste ratio right after the last re-clustering
+        self._base_ratio = 0.0  # r0: FP as a share of flooding's right after the last re-clustering
         self._last_attempt_ms: float | None = None
         self.counters: dict[str, int] = {
             "versions": 0,
@@ -332,7 +336,7 @@ class ChannelMonitor:
                 w_join = w
                 labels, used = self._recluster(ids, hits, labels, now_ms)
                 w = _waste(hits, labels)
-                self._base_ratio = w
+                self._base_ratio = _flooding_share(hits, labels)
                 detail = (
                     f"{len(ids):,} subscriptions clustered by {used} over {self._filled:,} events (the join "
                     f"placements had waste ratio {w_join:.3f})"
@@ -343,30 +347,37 @@ class ChannelMonitor:
                 )
             self.decision = "initial"
             return [self._version("initial", detail, now_ms)]
-        if w is not None and len(ids) >= 2 and w > self._base_ratio + cfg.drift:
+        share = _flooding_share(hits, labels) if self._filled else 0.0
+        if w is not None and len(ids) >= 2 and share > self._base_ratio + cfg.drift:
+            drifted = (
+                f"false positives at {share:.1%} of flooding's (waste ratio {w:.3f}), more than {cfg.drift:.0%} "
+                f"above the {self._base_ratio:.1%} after the last re-clustering"
+            )
             if self._last_attempt_ms is not None and now_ms - self._last_attempt_ms < cfg.min_interval_ms:
-                self.decision = f"drift {w:.3f} > {self._base_ratio:.3f} + {cfg.drift:g}; waiting for the interval"
+                self.decision = f"{drifted}; waiting for the interval"
             else:
                 base = self._base_ratio
                 candidate, used = self._recluster(ids, hits, labels, now_ms, adopt=False)
                 w_new = _waste(hits, candidate)
-                if w_new <= (1.0 - cfg.margin) * w:
+                fp, fp_new = _false_positives(hits, labels), _false_positives(hits, candidate)
+                if fp_new <= (1.0 - cfg.margin) * fp:
                     moved = int((candidate != labels).sum())
                     self._adopt(ids, candidate, used)
-                    self._base_ratio = w_new
+                    self._base_ratio = _flooding_share(hits, candidate)
+                    cut = 1.0 - fp_new / fp
                     detail = (
-                        f"waste ratio {w:.3f} rose more than {cfg.drift:g} above {base:.3f} (after the last "
-                        f"re-clustering); {used} over {self._filled:,} events cuts it to {w_new:.3f} "
-                        f"({(w - w_new) / w:.0%} less, margin {cfg.margin:.0%}); {moved:,} of {len(ids):,} "
-                        "subscriptions move"
+                        f"false positives at {share:.1%} of flooding's, more than {cfg.drift:.0%} above the "
+                        f"{base:.1%} after the last re-clustering; {used} over {self._filled:,} events cuts them "
+                        f"by {cut:.0%} (margin {cfg.margin:.0%}), waste ratio {w:.3f} -> {w_new:.3f}; "
+                        f"{moved:,} of {len(ids):,} subscriptions move"
                     )
                     self.counters["reclusters"] += 1
                     self.decision = f"reclustered {w:.3f} -> {w_new:.3f}"
                     return [self._version("reclustered", detail, now_ms)]
                 self.counters["rejected"] += 1
                 self.decision = (
-                    f"drift {w:.3f} > {self._base_ratio:.3f} + {cfg.drift:g}, but {used} gives {w_new:.3f}: "
-                    f"less than the {cfg.margin:.0%} margin; kept"
+                    f"{drifted}, but {used} gives {w_new:.3f}: fewer false positives by less than the "
+                    f"{cfg.margin:.0%} margin; kept"
                 )
         else:
             self.decision = "no drift" if w is not None else "no events yet"
@@ -551,6 +562,24 @@ class ChannelMonitor:
         mon.counters, mon.decision = meta["counters"], meta["decision"]
         mon.last_waste_ratio = meta["last_waste_ratio"]
         return mon
+
+
+def _false_positives(hits: BoolMatrix, labels: Labels) -> int:
+    """FP of ``labels`` over ``hits``."""
+    return plan_metrics(hits, labels).false_positives if len(labels) else 0
+
+
+def _flooding_share(hits: BoolMatrix, labels: Labels) -> float:
+    """FP of ``labels`` as a share of flooding's FP on the same sample (0 when flooding has none).
+
+    >>> hits = np.array([[1, 0], [0, 1]], dtype=bool)
+    >>> _flooding_share(hits, np.array([0, 1])), _flooding_share(hits, np.array([0, 0]))
+    (0.0, 1.0)
+    """
+    if not len(labels):
+        return 0.0
+    m = plan_metrics(hits, labels)
+    return m.false_positives / m.flooding_false_positives if m.flooding_false_positives else 0.0
 
 
 def _waste(hits: BoolMatrix, labels: Labels) -> float:

@@ -192,9 +192,10 @@ def test_hysteresis_threshold_interval_and_margin() -> None:
     [v] = mon.step(10_200)
     assert v["reason"] == "reclustered"
 
-    # drift, but no candidate cuts the waste by the margin (one channel: every plan is flooding):
-    # kept, counted, and retried only after the interval; the membership change is still planned
-    mon, t = two_groups(k=1, min_interval_ms=100)
+    # drift, but no candidate cuts the waste by the margin (a subscription that matches nothing
+    # wastes whatever channel it joins): kept, counted, and retried only after the interval; the
+    # membership change is still planned
+    mon, t = two_groups(min_interval_ms=100)
     t = feed(mon, [A, B], 200, t, "h")
     mon.apply_subscriptions([sub("late")])  # matches nothing, receives everything: the waste rises
     assert [v["reason"] for v in mon.step(t)] == ["joined"]

@@ -1,0 +1,457 @@
+"""End-to-end benchmark of delivery through channels: publisher -> matching job (with delivery)
+and channels job -> channel topics -> subscribers, on this machine (docs/reference/delivery.md).
+
+Workload: the Gryphon preset (Opyrchal et al. 2000) at ``--decay`` (default 0.88) with
+``--subscriptions`` subscriptions (default 100,000), K = ``--k`` channels (default 32). Both jobs
+run continuously in one local Spark application; the channels job plans versions (the first places
+every subscription, later ones re-cluster as the sample fills) and the matching job installs them
+and delivers. Then:
+
+1. **Load.** After a warm-up, a producer process publishes ``--rate`` events/s for ``--seconds`` s
+   with ``published_at`` = the wall clock at send.
+2. **Subscribers, all of them.** 100,000 client objects are not needed: a reader process reads
+   every channel topic and acts for all of a channel's members at once, as each member's client
+   would: it follows the markers (the version each delivery was made by), applies each member's
+   filter (one ``MatchIndex`` over every subscription: an event is matched once, then each
+   channel keeps the matching members it carries by that version) and counts per delivery
+   (member, event) whether it was wanted. It also reads the ``Match`` records' id counts.
+3. **Real clients.** ``--clients`` ``streaming.client.Subscriber`` objects (their own
+   subscriptions, copies of workload filters) run in another process beside them, each with its
+   own receipts.
+
+Reported: the rate at which events reached subscribers, latency from ``published_at`` to the
+reader's receipt of a delivery that a member wanted (p50, p99, after ``--warmup`` s), the waste
+ratio in flight (deliveries not wanted / deliveries), the installed versions, and the counts:
+for every event, the wanted deliveries across all channels equal the number of ids in its ``Match``
+record (none lost, none twice, nothing a member's filter rejects counted as wanted), and each real
+client received exactly the events whose ``Match`` names its subscription.
+
+Run: ``.venv/bin/python bench/delivery_e2e.py [--subscriptions 100000] [--decay 0.88] [--k 32]
+[--rate 10000] [--seconds 60] [--warmup 20] [--clients 4] [--quick]``. Readings:
+docs/results/delivery.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from bench.matching_e2e import _paced_producer, load_subscriptions, match_head, new_topics, workload
+from infra import kafka
+from infra.jars import ensure_jars
+from producers.columns import EventColumns
+from producers.sinks import KafkaSink
+from schemas.topics import CHANNELS_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, channel_topic
+
+_HEAD = 10  # single-object header: marker (2 bytes) + fingerprint (8)
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def match_count(value: bytes) -> int:
+    """The number of ids in an encoded ``Match`` (its array's block counts), without the ids."""
+    n, pos = _varint(value, _HEAD)
+    pos += n  # event_id
+    n, pos = _varint(value, pos)
+    pos += n  # publisher_id
+    _, pos = _varint(value, pos)  # published_at
+    total = 0
+    while True:
+        count, pos = _varint(value, pos)
+        if count == 0:
+            return total
+        if count < 0:  # a block with its byte size: skip it
+            size, pos = _varint(value, pos)
+            total -= count
+            pos += size
+            continue
+        total += count
+        for _ in range(count):
+            n, pos = _varint(value, pos)
+            pos += n
+
+
+def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expected: int, deadline_s: float) -> dict:
+    """Step 2 of the module docstring: act for every subscriber by reading every channel topic."""
+    import pyarrow as pa
+    from confluent_kafka import Consumer, TopicPartition
+
+    from routing.channels.assignment import Assignment
+    from routing.matching.index import EventBatch, MatchIndex
+    from schemas.codec import codec_for, decode
+    from schemas.event_records import decode_rows
+
+    index = MatchIndex()
+    for sid, text in filters.items():
+        index.add(sid, text)
+    index.flush()
+    marker_fp = codec_for("ChannelMarker").header
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 16 << 20,
+        }
+    )
+    topics = {channel_topic(c, prefix): c for c in range(k)}
+    parts = [TopicPartition(t, 0, 0) for t in topics]
+    parts += [TopicPartition(prefix + MATCHES_TOPIC, p, 0) for p in range(2)]
+    parts += [TopicPartition(prefix + CHANNELS_TOPIC, 0, 0)]
+    consumer.assign(parts)
+    plans: dict[int, Assignment] = {0: Assignment(0, k)}
+    version = dict.fromkeys(range(k), 0)
+    pending: dict[int, list[Any]] = {c: [] for c in range(k)}
+    by_rank: np.ndarray | None = None
+    chan_cache: dict[int, np.ndarray] = {}
+    members: dict[int, np.ndarray] = {}
+    seen: dict[bytes, tuple[int, np.ndarray]] = {}  # event id -> (published_at, ranks of its matches)
+    wanted: dict[bytes, int] = {}
+    job_counts: dict[bytes, int] = {}
+    latencies: list[tuple[int, int]] = []  # (published_at, ms) of deliveries some member wanted
+    deliveries = useful = events_delivered = 0
+    first_receipt: dict[bytes, int] = {}
+
+    def channel_by_rank(v: int) -> np.ndarray:
+        if v not in chan_cache:
+            assert by_rank is not None
+            plan = plans[v]
+            chan_cache[v] = np.fromiter((plan.channel(s) for s in by_rank.tolist()), np.int64, len(by_rank))
+            members[v] = np.bincount(chan_cache[v], minlength=k)
+        return chan_cache[v]
+
+    def events_of(values: list[bytes], now_ms: int) -> list[tuple[bytes, int, np.ndarray]]:
+        nonlocal by_rank
+        new = [i for i, v in enumerate(values) if _event_id(v) not in seen]
+        if new:
+            decoded = decode_rows(pa.array([values[i] for i in new], pa.binary()))
+            matched = index.match(EventBatch.from_columns(len(new), decoded.columns()))
+            offsets, ranks, ids = matched.sorted_ranks()
+            if by_rank is None or len(ids) != len(by_rank):
+                by_rank = ids
+                chan_cache.clear()
+            for j, i in enumerate(new):
+                eid = _event_id(values[i])
+                seen[eid] = (_published_at(values[i]), ranks[offsets[j] : offsets[j + 1]])
+        return [(eid, *seen[eid]) for eid in map(_event_id, values)]
+
+    def deliver(c: int, values: list[bytes], now_ms: int) -> None:
+        nonlocal deliveries, useful, events_delivered
+        if not values:
+            return
+        v = version[c]
+        for eid, published_at, ranks in events_of(values, now_ms):
+            chans = channel_by_rank(v)
+            kept = int((chans[ranks] == c).sum()) if len(ranks) else 0
+            deliveries += int(members[v][c])
+            useful += kept
+            events_delivered += 1
+            if kept:
+                wanted[eid] = wanted.get(eid, 0) + kept
+                if not eid.startswith(b"warm-"):
+                    latencies.append((published_at, now_ms - published_at))
+                    first_receipt.setdefault(eid, now_ms)
+
+    def drain(c: int, now_ms: int) -> None:
+        batch: list[bytes] = []
+        while pending[c]:
+            value = pending[c][0]
+            if value[:_HEAD] == marker_fp:
+                _, marker = decode(value, "ChannelMarker")
+                if marker["version"] not in plans:
+                    break  # its planned record has not been read yet
+                deliver(c, batch, now_ms)
+                batch = []
+                version[c] = max(version[c], marker["version"])
+            else:
+                batch.append(value)
+            pending[c].pop(0)
+        deliver(c, batch, now_ms)
+
+    stop = time.time() + deadline_s
+    try:
+        while time.time() < stop and sum(1 for e in wanted if not e.startswith(b"warm-")) < expected:
+            msgs = consumer.consume(20_000, 0.2)
+            now_ms = int(time.time() * 1000)
+            touched = set()
+            for msg in msgs:
+                if msg.error() is not None:
+                    continue
+                topic = msg.topic()
+                if topic in topics:
+                    c = topics[topic]
+                    pending[c].append(msg.value())
+                    touched.add(c)
+                elif topic.endswith(MATCHES_TOPIC):
+                    eid, _ = match_head(msg.value())
+                    job_counts[eid] = match_count(msg.value())
+                else:
+                    _, rec = decode(msg.value(), "ChannelAssignment")
+                    if rec["stage"] == "planned":
+                        plans[rec["version"]] = Assignment.from_record(rec)
+                        touched.update(range(k))
+            for c in sorted(touched):
+                drain(c, now_ms)
+        # the Match records of the last events may trail their deliveries: read on for a moment
+        end = time.time() + 5
+        while time.time() < end:
+            for msg in consumer.consume(20_000, 0.2):
+                if msg.error() is None and msg.topic().endswith(MATCHES_TOPIC):
+                    eid, _ = match_head(msg.value())
+                    job_counts[eid] = match_count(msg.value())
+    finally:
+        consumer.close()
+    measured = [e for e in job_counts if not e.startswith(b"warm-")]
+    equal = sum(1 for e in measured if wanted.get(e, 0) == job_counts[e])
+    lost = sum(1 for e in measured if wanted.get(e, 0) < job_counts[e])
+    extra = sum(1 for e in measured if wanted.get(e, 0) > job_counts[e])
+    return {
+        "latencies": latencies,
+        "deliveries": deliveries,
+        "useful": useful,
+        "events_delivered": events_delivered,
+        "events_with_matches": sum(1 for e in measured if job_counts[e] > 0),
+        "match_records": len(measured),
+        "equal": equal,
+        "lost": lost,
+        "extra": extra,
+        "versions": sorted(v for v in plans if v),
+        "first_receipts": sorted(first_receipt.values()),
+    }
+
+
+def _event_id(value: bytes) -> bytes:
+    n, pos = _varint(value, _HEAD)
+    return value[pos : pos + n]
+
+
+def _published_at(value: bytes) -> int:
+    n, pos = _varint(value, _HEAD)
+    pos += n
+    n, pos = _varint(value, pos)
+    return _varint(value, pos + n)[0]
+
+
+def _clients(bootstrap: str, prefix: str, filters: dict[str, str], seconds: float) -> dict[str, Any]:
+    """Step 3: real ``Subscriber`` clients, one thread each; what each yielded (event ids)."""
+    import threading
+
+    from streaming.client import Subscriber
+
+    got: dict[str, list[str]] = {sid: [] for sid in filters}
+    ready = threading.Barrier(len(filters) + 1)
+
+    def run(sid: str, text: str) -> None:
+        with Subscriber(bootstrap_servers=bootstrap, topic_prefix=prefix, subscriber_id=f"bench-{sid}") as sub:
+            stream = sub.subscribe(text, subscription_id=sid, timeout_s=seconds)
+            ready.wait()
+            for event in stream:
+                got[sid].append(event["event_id"])
+
+    threads = [threading.Thread(target=run, args=item, daemon=True) for item in filters.items()]
+    for t in threads:
+        t.start()
+    ready.wait()
+    for t in threads:
+        t.join(seconds + 60)
+    return got
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--subscriptions", type=int, default=100_000)
+    ap.add_argument("--decay", type=float, default=0.88)
+    ap.add_argument("--k", type=int, default=32)
+    ap.add_argument("--rate", type=float, default=10_000, help="offered load, events/s")
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--warmup", type=float, default=20, help="seconds reported apart as start-up")
+    ap.add_argument("--min-interval-s", type=float, default=10, help="channels job: least time between re-clusterings")
+    ap.add_argument("--clients", type=int, default=4, help="real Subscriber clients beside the reader")
+    ap.add_argument("--quick", action="store_true", help="5k subscriptions, 2,000 events/s for 15 s")
+    ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting a broker")
+    ap.add_argument("--verbose", action="store_true", help="print the jobs' per-batch lines")
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args()
+    if args.quick:
+        args.subscriptions, args.rate, args.seconds, args.warmup = 5_000, 2_000, 15, 5
+    from routing.monitors import ChannelMonitorConfig
+    from streaming.channels_job import ChannelsConfig
+    from streaming.channels_job import build_query as channels_query
+    from streaming.matching_job import MatchingConfig
+    from streaming.matching_job import build_query as matching_query
+    from streaming.session import SparkConfig, build_session
+
+    jars = ensure_jars()
+    work = tempfile.TemporaryDirectory(prefix="bench-delivery-")
+    w = workload(args.subscriptions, args.decay)
+    subs = w.subscriptions()
+    filters = {s["subscription_id"]: s["filter"] for s in subs}
+    print(
+        f"workload: Gryphon (Opyrchal et al. 2000), {len(subs):,} subscriptions, decay {args.decay}, K = {args.k}; "
+        f"{args.rate:,.0f} events/s for {args.seconds:g} s; matching job (with delivery) and channels job in one "
+        "Spark application, local[2] on this 2-core machine; one local KRaft broker",
+        flush=True,
+    )
+    results: dict[str, Any] = {}
+    with work, kafka.broker_or(args.bootstrap_servers, jars, heap="1g") as conn:
+        spark = build_session(SparkConfig(app_name="bench-delivery"), jars)
+        prefix = new_topics(conn)
+        load_subscriptions(conn, prefix, w)
+        root = Path(work.name)
+        m_query, m_handler = matching_query(
+            spark, MatchingConfig(conn=conn, checkpoint=root / "matching", topic_prefix=prefix), quiet=not args.verbose
+        )
+        monitor = ChannelMonitorConfig(k=args.k, min_interval_ms=args.min_interval_s * 1000)
+        c_cfg = ChannelsConfig(
+            conn=conn, checkpoint=root / "channels", topic_prefix=prefix, monitor=monitor, trigger_interval="2 seconds"
+        )
+        c_query, c_handler = channels_query(spark, c_cfg, quiet=not args.verbose)
+        queries = (m_query, c_query)
+        try:
+            started = time.monotonic()
+
+            def wait(done: Any, what: str, limit: float = 900) -> None:
+                deadline = time.monotonic() + limit
+                while not done():
+                    for q in queries:
+                        if not q.isActive:
+                            raise RuntimeError(f"a job stopped while waiting for {what}: {q.exception()}")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"timed out waiting for {what}")
+                    time.sleep(0.5)
+
+            wait(lambda: m_handler.history and m_handler.history[-1].subscriptions >= len(subs), "the table")
+            warm = w.batch(2000)
+            for e in warm:
+                e["event_id"] = "warm-" + e["event_id"]
+            sink = KafkaSink(conn, prefix)
+            sink.events(EventColumns.from_records(warm))
+            sink.close()
+            wait(lambda: sum(b.events for b in m_handler.history) >= len(warm), "the warm-up events")
+            wait(lambda: m_handler.delivery is not None and m_handler.delivery.assignment.version >= 1, "version 1")
+            print(
+                f"  start-up (table, warm-up, first version installed): {time.monotonic() - started:.0f} s", flush=True
+            )
+            client_filters = {f"client-{i}": subs[i * 997 % len(subs)]["filter"] for i in range(args.clients)}
+            ctx = multiprocessing.get_context("spawn")
+            expected = int(args.rate * args.seconds)
+            with concurrent.futures.ProcessPoolExecutor(3, mp_context=ctx) as pool:
+                clients = (
+                    pool.submit(_clients, conn.bootstrap_servers, prefix, client_filters, args.seconds + 60)
+                    if args.clients
+                    else None
+                )
+                reader = pool.submit(
+                    _reader,
+                    conn.bootstrap_servers,
+                    prefix,
+                    args.k,
+                    {**filters, **client_filters},
+                    int(expected * 0.999),
+                    args.seconds + 240,
+                )
+                time.sleep(10)  # the reader builds its index, the clients subscribe
+                producer = pool.submit(
+                    _paced_producer,
+                    conn.bootstrap_servers,
+                    prefix + EVENTS_TOPIC,
+                    dict(w.params, lifetime_ms=2000),
+                    args.rate,
+                    args.seconds,
+                    max(1, expected),
+                )
+                sent = producer.result()
+                got = reader.result()
+                client_got = clients.result() if clients is not None else {}
+        finally:
+            for q in queries:
+                q.stop()
+            if m_handler.delivery is not None:
+                m_handler.delivery.close()
+        channels_counters = dict(c_handler.monitor.counters)
+        from streaming.readers import read_topic
+
+        match_sids: dict[str, set[str]] = {sid: set() for sid in client_filters}
+        for r in read_topic(conn, prefix + MATCHES_TOPIC, "Match"):
+            assert r.value is not None
+            for sid in set(r.value["subscription_ids"]) & match_sids.keys():
+                match_sids[sid].add(r.value["event_id"])
+        spark.stop()
+    lat = got["latencies"]
+    start_ms = min((p for p, _ in lat), default=0)
+    cut = start_ms + args.warmup * 1000
+    steady = np.array([ms for p, ms in lat if p >= cut], dtype=float)
+    early = np.array([ms for p, ms in lat if p < cut], dtype=float)
+    receipts = np.array(got["first_receipts"], dtype=float)
+    span_s = (receipts[-1] - receipts[0]) / 1000 if len(receipts) > 1 else float("nan")
+    waste = 1 - got["useful"] / max(1, got["deliveries"])
+    results = {
+        "sent": sent["sent"],
+        "producer_s": sent["seconds"],
+        "versions": got["versions"],
+        "channels_job": channels_counters,
+        "match_records": got["match_records"],
+        "events_with_matches": got["events_with_matches"],
+        "equal": got["equal"],
+        "lost": got["lost"],
+        "extra": got["extra"],
+        "deliveries": got["deliveries"],
+        "useful": got["useful"],
+        "waste_ratio": waste,
+        "events_reaching_subscribers_per_s": len(receipts) / span_s if span_s == span_s and span_s > 0 else 0.0,
+        "p50_ms": float(np.percentile(steady, 50)) if len(steady) else float("nan"),
+        "p99_ms": float(np.percentile(steady, 99)) if len(steady) else float("nan"),
+        "startup_p99_ms": float(np.percentile(early, 99)) if len(early) else float("nan"),
+        "clients": {
+            sid: {
+                "received": len(ids),
+                "distinct": len(set(ids)),
+                "matched": len(match_sids[sid]),
+                "same": set(ids) == match_sids[sid],
+            }
+            for sid, ids in client_got.items()
+        },
+    }
+    print(
+        f"  sent {results['sent']:,} events in {results['producer_s']:.1f} s; versions planned: {results['versions']} "
+        f"(channels job: {channels_counters})\n"
+        f"  events reaching subscribers: {results['events_reaching_subscribers_per_s']:,.0f}/s; latency "
+        f"published_at -> subscriber (after {args.warmup:g} s): p50 {results['p50_ms']:,.0f} ms, p99 "
+        f"{results['p99_ms']:,.0f} ms (start-up p99 {results['startup_p99_ms']:,.0f} ms)\n"
+        f"  waste in flight: {results['useful']:,} wanted of {results['deliveries']:,} deliveries "
+        f"(waste ratio {waste:.3f})\n"
+        f"  counts: {results['equal']:,} of {results['match_records']:,} events delivered exactly as their Match "
+        f"record says ({results['lost']:,} short, {results['extra']:,} over)\n"
+        f"  real clients: {results['clients']}",
+        flush=True,
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    ok = results["lost"] == 0 and results["extra"] == 0 and all(c["same"] for c in results["clients"].values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
