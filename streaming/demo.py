@@ -9,7 +9,9 @@ subscriber, with alerts; the matching job matches the overlay's events against i
 subscriptions, and the routes job turns the matches' rates into a min-cost distribution plan
 (MICPICE); last, the composite workload of Chen et al. (composite subscriptions over a 15-broker
 tree) runs through the composites job, which detects composite events and places each
-composite's detection.
+composite's detection; and the channels job groups a Gryphon subscription set into delivery
+channels while the matching job delivers through them to a few real subscriber clients, which
+follow their channel as it changes.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from typing import Any
 
 from infra.connection import KafkaConnection
 from schemas.topics import (
+    CHANNELS_TOPIC,
     COMPOSITES_TOPIC,
     DEADLETTER_TOPIC,
     EVENTS_TOPIC,
     LINK_TELEMETRY_TOPIC,
+    MATCHES_TOPIC,
     PLACEMENTS_TOPIC,
     QOS_TOPIC,
     ROUTES_TOPIC,
@@ -53,6 +57,9 @@ class DemoConfig:
     min_reliability: float = 0.9
     lifetime_ms: float = 4000.0
     composite_events: int = 20_000
+    channel_subscriptions: int = 1_000
+    channel_events: int = 4_000
+    channel_k: int = 8
 
 
 def _say(text: str) -> None:
@@ -178,10 +185,11 @@ def run_demo(cfg: DemoConfig) -> int:
     qos_ok = _qos_stage(cfg, conn, jars, console)
     routes_ok = _routes_stage(cfg, conn, jars, console)
     composites_ok = _composites_stage(cfg, conn, jars, console)
+    channels_ok = _channels_stage(cfg, conn, jars, console)
     console.print(
         f"finished in {time.monotonic() - t0:.0f}s. The broker keeps running: `siftstream infra down` stops it."
     )
-    return 0 if got_ok == expected_ok and qos_ok and routes_ok and composites_ok else 1
+    return 0 if got_ok == expected_ok and qos_ok and routes_ok and composites_ok and channels_ok else 1
 
 
 def _qos_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) -> bool:
@@ -420,6 +428,146 @@ def _composites_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console
         f"{stats.get('late', 0)} late"
     )
     return detections > 0 and bool(placements)
+
+
+def _channels_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console: Any) -> bool:
+    """Subscriptions (the Gryphon workload) and three real subscriber clients; events in two waves,
+    each delivered by the matching job through the channels the channels job planned (the second
+    wave after it re-clustered on the first wave's matches); per channel its members and waste,
+    and what each client received against the Match records naming its subscription."""
+    import threading
+
+    from rich.table import Table
+
+    from infra.topics import ensure_topics
+    from producers.sinks import KafkaSink
+    from producers.workloads import GryphonWorkload
+    from routing.monitors.channels import ChannelMonitorConfig
+    from streaming.channels_job import ChannelsConfig
+    from streaming.channels_job import run as run_channels
+    from streaming.client import Subscriber
+    from streaming.matching_job import MatchingConfig
+    from streaming.matching_job import run as run_matching
+    from streaming.readers import read_topic
+    from streaming.session import SparkConfig, build_session
+
+    prefix = "demo-channels."
+    ensure_topics(conn, prefix)
+    clients_per_broker = max(1, cfg.channel_subscriptions // (20 * 5))
+    w = GryphonWorkload(decay=0.78, brokers=20, clients_per_broker=clients_per_broker, subs_per_client=5, seed=cfg.seed)
+    subs = w.subscriptions()
+    sink = KafkaSink(conn, prefix)
+    sink.subscriptions(subs)
+    sink.close()
+    run_tag = time.strftime("%H%M%S")
+    broad = sorted({s["filter"] for s in subs}, key=lambda f: (f.count(" and "), f))  # fewest predicates first
+    wanted = {f"client{i}-{run_tag}": broad[i * 7] for i in range(3)}
+    received: dict[str, list[str]] = {sid: [] for sid in wanted}
+    moves: dict[str, int] = {}
+    stop = threading.Event()
+    ready = threading.Barrier(len(wanted) + 1)
+
+    def client(sid: str, text: str) -> None:
+        with Subscriber(conn=conn, topic_prefix=prefix, subscriber_id=f"demo-{sid}") as sub:
+            stream = sub.subscribe(text, subscription_id=sid)
+            ready.wait()
+            while not stop.is_set():
+                event = stream.poll(0.5)
+                if event is not None:
+                    received[sid].append(event["event_id"])
+            moves[sid] = stream.counters.moves
+
+    threads = [threading.Thread(target=client, args=item, daemon=True) for item in wanted.items()]
+    for t in threads:
+        t.start()
+    ready.wait()
+    _say(
+        f"channels: {len(subs):,} Gryphon subscriptions and 3 subscriber clients; the channels job plans "
+        f"K = {cfg.channel_k} channels, the matching job delivers through them ({cfg.channel_events:,} events "
+        "in two waves)"
+    )
+    spark = build_session(SparkConfig(master=cfg.master), jars)
+    spark.sparkContext.setLogLevel("ERROR")
+    ccfg = ChannelsConfig(
+        conn=conn,
+        checkpoint=cfg.home / "checkpoints" / "channels-demo",
+        monitor=ChannelMonitorConfig(k=cfg.channel_k, min_interval_ms=0),
+        topic_prefix=prefix,
+        available_now=True,
+    )
+    mcfg = MatchingConfig(
+        conn=conn,
+        checkpoint=cfg.home / "checkpoints" / "matching-channels-demo",
+        topic_prefix=prefix,
+        available_now=True,
+    )
+    run_channels(spark, ccfg, quiet=True)  # places the subscriptions (and the clients') by the join rule
+    for _wave in range(2):
+        batch = w.columns(cfg.channel_events // 2)
+        sink = KafkaSink(conn, prefix)
+        sink.events(batch)
+        sink.close()
+        run_matching(spark, mcfg, quiet=True)  # installs the newest planned version, delivers by it
+        run_channels(spark, ccfg, quiet=True)  # learns from the matches; re-clusters when waste drifted
+    spark.stop()
+    matched: dict[str, set[str]] = {sid: set() for sid in wanted}
+    for r in read_topic(conn, prefix + MATCHES_TOPIC, "Match"):
+        assert r.value is not None
+        for sid in set(r.value["subscription_ids"]) & matched.keys():
+            matched[sid].add(r.value["event_id"])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(len(set(received[s])) < len(matched[s]) for s in wanted):
+        time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    versions = [r.value for r in read_topic(conn, prefix + CHANNELS_TOPIC, "ChannelAssignment") if r.value]
+    planned = [v for v in versions if v["stage"] == "planned"]
+    installed = [v["version"] for v in versions if v["stage"] == "installed"]
+    if not planned:
+        console.print("channels job wrote no assignment")
+        return False
+    last = planned[-1]
+    table = Table(title=f"SiftStream channels: version {last['version']} ({last['reason']}, {last['method']})")
+    for col in ("channel", "subscriptions", "subscribers", "deliveries", "waste ratio"):
+        table.add_column(col, justify="right" if col != "channel" else "left")
+    for ch in last["channels"]:
+        ratio = "-" if ch["waste_ratio"] is None else f"{ch['waste_ratio']:.3f}"
+        table.add_row(
+            str(ch["channel"]),
+            f"{len(ch['subscription_ids']):,}",
+            f"{len(ch['subscriber_ids']):,}",
+            f"{ch['deliveries']:,}",
+            ratio,
+        )
+    console.print(table)
+
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    console.print(
+        f"waste ratio (unwanted deliveries / deliveries over the last {last['sample_events']:,} matched events): "
+        f"{ratio(last['waste_ratio'])} against {ratio(last['flooding_waste_ratio'])} if every event went to "
+        f"everyone (flooding); {len(planned)} versions planned, installed so far: {installed}. Why: {last['detail']}"
+    )
+    ok = True
+    clients = Table(title="Subscriber clients (streaming.client.Subscriber): received against their Match records")
+    for col in ("subscription", "filter", "received", "matched", "moves", "verdict"):
+        clients.add_column(col)
+    for sid, text in wanted.items():
+        got, want = received[sid], matched[sid]
+        same = len(got) == len(set(got)) and set(got) == want
+        ok = ok and same
+        clients.add_row(
+            sid,
+            text,
+            f"{len(got):,}",
+            f"{len(want):,}",
+            str(moves.get(sid, 0)),
+            "every event once" if same else "MISMATCH",
+        )
+    console.print(clients)
+    return ok
 
 
 def _tree_text(node: Any) -> str:
