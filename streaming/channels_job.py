@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from infra.connection import KafkaConnection
 from routing.matching.table import SubscriptionRecord
@@ -126,15 +127,22 @@ class ChannelsBatch(DriverBatch):
         stats.records[MATCHES_TOPIC] = len(idx)
         if len(idx):
             at = column(table, "m_at", idx).astype(np.int64)
-            mon.add_matches(
-                column(table, "m_event", idx).astype(str).tolist(),
-                table.column("m_subscriptions").take(idx).to_pylist(),
-                at.tolist(),
-            )
             self.max_time_ms = max(self.max_time_ms, float(at.max()))
+            # only the batch's last sample_events events: the older ones would leave the sample's
+            # ring within this very batch, so the state is the same and a busy batch costs no more
+            tail = slice(max(0, len(idx) - mon.config.sample_events), len(idx))
+            mon.add_matches(
+                column(table, "m_event", idx[tail]).astype(str).tolist(),
+                table.column("m_subscriptions").take(idx[tail]).to_pylist(),
+                at[tail].tolist(),
+            )
         # the clock is the matches' event time; before the first match, the subscription records' time
         now = self.max_time_ms if np.isfinite(self.max_time_ms) else sub_time
-        versions = mon.step(now) if np.isfinite(now) else []
+        # one BLAS thread: the re-clustering's eigensolver shares the machine with the other jobs,
+        # and a pool of BLAS threads on two busy cores takes many times longer
+        # (docs/decisions/channels-recluster-at-scale.md)
+        with threadpool_limits(1):
+            versions = mon.step(now) if np.isfinite(now) else []
         stats.watermark_ms = now if np.isfinite(now) else None
         waste = mon.last_waste_ratio
         stats.extra = {
