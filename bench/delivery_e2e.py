@@ -24,7 +24,8 @@ reader's receipt of a delivery that a member wanted (p50, p99, after ``--warmup`
 ratio in flight (deliveries not wanted / deliveries), the installed versions, and the counts:
 for every event, the wanted deliveries across all channels equal the number of ids in its ``Match``
 record (none lost, none twice, nothing a member's filter rejects counted as wanted), and each real
-client received exactly the events whose ``Match`` names its subscription.
+client received exactly the events the reader kept for its subscription (which, with every count
+equal, are the events whose ``Match`` names it).
 
 Run: ``.venv/bin/python bench/delivery_e2e.py [--subscriptions 100000] [--decay 0.88] [--k 32]
 [--rate 10000] [--seconds 60] [--warmup 20] [--clients 4] [--quick]``. Readings:
@@ -92,8 +93,11 @@ def match_count(value: bytes) -> int:
             pos += n
 
 
-def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expected: int, deadline_s: float) -> dict:
-    """Step 2 of the module docstring: act for every subscriber by reading every channel topic."""
+def _reader(
+    bootstrap: str, prefix: str, k: int, filters: dict[str, str], watch: list[str], expected: int, deadline_s: float
+) -> dict:
+    """Step 2 of the module docstring: act for every subscriber by reading every channel topic;
+    also lists the events that the subscriptions in ``watch`` (the real clients') should get."""
     import pyarrow as pa
     from confluent_kafka import Consumer, TopicPartition
 
@@ -133,6 +137,8 @@ def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expect
     latencies: list[tuple[int, int]] = []  # (published_at, ms) of deliveries some member wanted
     deliveries = useful = events_delivered = 0
     first_receipt: dict[bytes, int] = {}
+    watched: dict[str, set[str]] = {sid: set() for sid in watch}
+    watch_ranks: dict[int, str] = {}
 
     def channel_by_rank(v: int) -> np.ndarray:
         if v not in chan_cache:
@@ -152,6 +158,9 @@ def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expect
             if by_rank is None or len(ids) != len(by_rank):
                 by_rank = ids
                 chan_cache.clear()
+                rank_of = {sid: r for r, sid in enumerate(by_rank.tolist())}
+                watch_ranks.clear()
+                watch_ranks.update({rank_of[sid]: sid for sid in watch if sid in rank_of})
             for j, i in enumerate(new):
                 eid = _event_id(values[i])
                 seen[eid] = (_published_at(values[i]), ranks[offsets[j] : offsets[j + 1]])
@@ -164,7 +173,11 @@ def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expect
         v = version[c]
         for eid, published_at, ranks in events_of(values, now_ms):
             chans = channel_by_rank(v)
-            kept = int((chans[ranks] == c).sum()) if len(ranks) else 0
+            mine = ranks[chans[ranks] == c] if len(ranks) else ranks
+            kept = len(mine)
+            for r in mine.tolist():
+                if r in watch_ranks:
+                    watched[watch_ranks[r]].add(eid.decode())
             deliveries += int(members[v][c])
             useful += kept
             events_delivered += 1
@@ -192,9 +205,13 @@ def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expect
 
     stop = time.time() + deadline_s
     try:
-        while time.time() < stop and sum(1 for e in wanted if not e.startswith(b"warm-")) < expected:
+        matched_seen, last_delivery = 0, time.time()
+        # until every event has its Match record and no delivery came for 5 s (or the deadline)
+        while time.time() < stop and (matched_seen < expected or time.time() - last_delivery < 5):
             msgs = consumer.consume(20_000, 0.2)
             now_ms = int(time.time() * 1000)
+            if any(m.error() is None and m.topic() in topics for m in msgs):
+                last_delivery = time.time()
             touched = set()
             for msg in msgs:
                 if msg.error() is not None:
@@ -206,6 +223,8 @@ def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expect
                     touched.add(c)
                 elif topic.endswith(MATCHES_TOPIC):
                     eid, _ = match_head(msg.value())
+                    if eid not in job_counts and not eid.startswith(b"warm-"):
+                        matched_seen += 1
                     job_counts[eid] = match_count(msg.value())
                 else:
                     _, rec = decode(msg.value(), "ChannelAssignment")
@@ -214,13 +233,6 @@ def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expect
                         touched.update(range(k))
             for c in sorted(touched):
                 drain(c, now_ms)
-        # the Match records of the last events may trail their deliveries: read on for a moment
-        end = time.time() + 5
-        while time.time() < end:
-            for msg in consumer.consume(20_000, 0.2):
-                if msg.error() is None and msg.topic().endswith(MATCHES_TOPIC):
-                    eid, _ = match_head(msg.value())
-                    job_counts[eid] = match_count(msg.value())
     finally:
         consumer.close()
     measured = [e for e in job_counts if not e.startswith(b"warm-")]
@@ -239,6 +251,7 @@ def _reader(bootstrap: str, prefix: str, k: int, filters: dict[str, str], expect
         "extra": extra,
         "versions": sorted(v for v in plans if v),
         "first_receipts": sorted(first_receipt.values()),
+        "watched": watched,
     }
 
 
@@ -268,7 +281,8 @@ def _clients(bootstrap: str, prefix: str, filters: dict[str, str], seconds: floa
             stream = sub.subscribe(text, subscription_id=sid, timeout_s=seconds)
             ready.wait()
             for event in stream:
-                got[sid].append(event["event_id"])
+                if not event["event_id"].startswith("warm-"):
+                    got[sid].append(event["event_id"])
 
     threads = [threading.Thread(target=run, args=item, daemon=True) for item in filters.items()]
     for t in threads:
@@ -369,7 +383,8 @@ def main() -> int:
                     prefix,
                     args.k,
                     {**filters, **client_filters},
-                    int(expected * 0.999),
+                    list(client_filters),
+                    expected,
                     args.seconds + 240,
                 )
                 time.sleep(10)  # the reader builds its index, the clients subscribe
@@ -382,6 +397,11 @@ def main() -> int:
                     args.seconds,
                     max(1, expected),
                 )
+                while not producer.done():
+                    for q in queries:
+                        if not q.isActive:
+                            raise RuntimeError(f"a job stopped during the run: {q.exception()}")
+                    time.sleep(1)
                 sent = producer.result()
                 got = reader.result()
                 client_got = clients.result() if clients is not None else {}
@@ -391,14 +411,10 @@ def main() -> int:
             if m_handler.delivery is not None:
                 m_handler.delivery.close()
         channels_counters = dict(c_handler.monitor.counters)
-        from streaming.readers import read_topic
-
-        match_sids: dict[str, set[str]] = {sid: set() for sid in client_filters}
-        for r in read_topic(conn, prefix + MATCHES_TOPIC, "Match"):
-            assert r.value is not None
-            for sid in set(r.value["subscription_ids"]) & match_sids.keys():
-                match_sids[sid].add(r.value["event_id"])
         spark.stop()
+    # what each client should have received: the events the reader kept for its subscription,
+    # which (when every count below agrees) are exactly those whose Match record names it
+    match_sids = {sid: {e for e in got["watched"][sid] if not e.startswith("warm-")} for sid in client_filters}
     lat = got["latencies"]
     start_ms = min((p for p, _ in lat), default=0)
     cut = start_ms + args.warmup * 1000

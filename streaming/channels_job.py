@@ -82,6 +82,8 @@ class ChannelsBatch(DriverBatch):
     """The ``foreachBatch`` function: feeds the monitor, writes planned versions and dead letters."""
 
     job = "channels"
+    # a planned version lists every subscription (about 2 MB at 100,000): the topic allows 64 MB
+    write_options = (("kafka.max.request.size", str(64 << 20)), ("kafka.compression.type", "lz4"))
 
     def __init__(self, spark: SparkSession, cfg: ChannelsConfig, quiet: bool = True) -> None:
         names = {topic: cfg.topic(topic) for topic in INPUTS}

@@ -311,6 +311,8 @@ class DriverBatch(ABC):
     job = "job"
     raw_topics: tuple[str, ...] = ()
     """Input topics whose every record keeps its raw key and value (see :meth:`reject`)."""
+    write_options: tuple[tuple[str, str], ...] = ()
+    """Extra options of the batch's Kafka write (``kafka.``-prefixed producer settings)."""
 
     def __init__(
         self,
@@ -432,7 +434,8 @@ class DriverBatch(ABC):
         dead = self._dead_letters(tables) + self.rejections
         stats.dead_letters = len(dead)
         if dead or outputs:
-            self._frame(dead, outputs).write.format("kafka").options(**self.conn.spark_options()).save()
+            writer = self._frame(dead, outputs).write.format("kafka").options(**self.conn.spark_options())
+            writer.options(**dict(self.write_options)).save()
         stats.write_ms = (time.monotonic() - t0) * 1000
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
