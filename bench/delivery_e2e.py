@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,7 @@ def _reader(
     consumer.assign(parts)
     plans: dict[int, Assignment] = {0: Assignment(0, k)}
     version = dict.fromkeys(range(k), 0)
-    pending: dict[int, list[Any]] = {c: [] for c in range(k)}
+    pending: dict[int, deque[Any]] = {c: deque() for c in range(k)}
     by_rank: np.ndarray | None = None
     chan_cache: dict[int, np.ndarray] = {}
     members: dict[int, np.ndarray] = {}
@@ -135,6 +136,8 @@ def _reader(
     wanted: dict[bytes, int] = {}
     job_counts: dict[bytes, int] = {}
     latencies: list[tuple[int, int]] = []  # (published_at, ms) of deliveries some member wanted
+    written: list[tuple[int, int]] = []  # (published_at, ms to the delivery's Kafka timestamp), same deliveries
+    channel_records = 0
     deliveries = useful = events_delivered = 0
     first_receipt: dict[bytes, int] = {}
     watched: dict[str, set[str]] = {sid: set() for sid in watch}
@@ -166,12 +169,14 @@ def _reader(
                 seen[eid] = (_published_at(values[i]), ranks[offsets[j] : offsets[j + 1]])
         return [(eid, *seen[eid]) for eid in map(_event_id, values)]
 
-    def deliver(c: int, values: list[bytes], now_ms: int) -> None:
-        nonlocal deliveries, useful, events_delivered
-        if not values:
+    def deliver(c: int, batch: list[tuple[bytes, int]], now_ms: int) -> None:
+        nonlocal deliveries, useful, events_delivered, channel_records
+        if not batch:
             return
         v = version[c]
-        for eid, published_at, ranks in events_of(values, now_ms):
+        channel_records += len(batch)
+        stamps = [ts for _, ts in batch]
+        for (eid, published_at, ranks), ts in zip(events_of([b for b, _ in batch], now_ms), stamps, strict=True):
             chans = channel_by_rank(v)
             mine = ranks[chans[ranks] == c] if len(ranks) else ranks
             kept = len(mine)
@@ -185,12 +190,13 @@ def _reader(
                 wanted[eid] = wanted.get(eid, 0) + kept
                 if not eid.startswith(b"warm-"):
                     latencies.append((published_at, now_ms - published_at))
+                    written.append((published_at, ts - published_at))
                     first_receipt.setdefault(eid, now_ms)
 
     def drain(c: int, now_ms: int) -> None:
-        batch: list[bytes] = []
+        batch: list[tuple[bytes, int]] = []
         while pending[c]:
-            value = pending[c][0]
+            value, ts = pending[c][0]
             if value[:_HEAD] == marker_fp:
                 _, marker = decode(value, "ChannelMarker")
                 if marker["version"] not in plans:
@@ -199,8 +205,8 @@ def _reader(
                 batch = []
                 version[c] = max(version[c], marker["version"])
             else:
-                batch.append(value)
-            pending[c].pop(0)
+                batch.append((value, ts))
+            pending[c].popleft()
         deliver(c, batch, now_ms)
 
     stop = time.time() + deadline_s
@@ -219,7 +225,7 @@ def _reader(
                 topic = msg.topic()
                 if topic in topics:
                     c = topics[topic]
-                    pending[c].append(msg.value())
+                    pending[c].append((msg.value(), msg.timestamp()[1]))
                     touched.add(c)
                 elif topic.endswith(MATCHES_TOPIC):
                     eid, _ = match_head(msg.value())
@@ -241,6 +247,8 @@ def _reader(
     extra = sum(1 for e in measured if wanted.get(e, 0) > job_counts[e])
     return {
         "latencies": latencies,
+        "written": written,
+        "channel_records": channel_records,
         "deliveries": deliveries,
         "useful": useful,
         "events_delivered": events_delivered,
@@ -274,6 +282,7 @@ def _clients(bootstrap: str, prefix: str, filters: dict[str, str], seconds: floa
     from streaming.client import Subscriber
 
     got: dict[str, list[str]] = {sid: [] for sid in filters}
+    lags: list[tuple[int, int]] = []  # (published_at, ms until the client yielded it)
     ready = threading.Barrier(len(filters) + 1)
 
     def run(sid: str, text: str) -> None:
@@ -283,6 +292,7 @@ def _clients(bootstrap: str, prefix: str, filters: dict[str, str], seconds: floa
             for event in stream:
                 if not event["event_id"].startswith("warm-"):
                     got[sid].append(event["event_id"])
+                    lags.append((event["published_at"], int(time.time() * 1000) - event["published_at"]))
 
     threads = [threading.Thread(target=run, args=item, daemon=True) for item in filters.items()]
     for t in threads:
@@ -290,7 +300,7 @@ def _clients(bootstrap: str, prefix: str, filters: dict[str, str], seconds: floa
     ready.wait()
     for t in threads:
         t.join(seconds + 60)
-    return got
+    return {"got": got, "lags": lags}
 
 
 def main() -> int:
@@ -368,6 +378,7 @@ def main() -> int:
             print(
                 f"  start-up (table, warm-up, first version installed): {time.monotonic() - started:.0f} s", flush=True
             )
+            run_started_ms = int(time.time() * 1000)
             client_filters = {f"client-{i}": subs[i * 997 % len(subs)]["filter"] for i in range(args.clients)}
             ctx = multiprocessing.get_context("spawn")
             expected = int(args.rate * args.seconds)
@@ -404,25 +415,36 @@ def main() -> int:
                     time.sleep(1)
                 sent = producer.result()
                 got = reader.result()
-                client_got = clients.result() if clients is not None else {}
+                client_out = clients.result() if clients is not None else {"got": {}, "lags": []}
+                client_got = client_out["got"]
         finally:
             for q in queries:
                 q.stop()
             if m_handler.delivery is not None:
                 m_handler.delivery.close()
         channels_counters = dict(c_handler.monitor.counters)
+        m_history = list(m_handler.history)
         spark.stop()
     # what each client should have received: the events the reader kept for its subscription,
     # which (when every count below agrees) are exactly those whose Match record names it
     match_sids = {sid: {e for e in got["watched"][sid] if not e.startswith("warm-")} for sid in client_filters}
-    lat = got["latencies"]
-    start_ms = min((p for p, _ in lat), default=0)
-    cut = start_ms + args.warmup * 1000
-    steady = np.array([ms for p, ms in lat if p >= cut], dtype=float)
-    early = np.array([ms for p, ms in lat if p < cut], dtype=float)
+
+    def steady_and_early(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        cut = min((p for p, _ in pairs), default=0) + args.warmup * 1000
+        steady = np.array([ms for p, ms in pairs if p >= cut], dtype=float)
+        return steady, np.array([ms for p, ms in pairs if p < cut], dtype=float)
+
+    def pct(a: np.ndarray, q: float) -> float:
+        return float(np.percentile(a, q)) if len(a) else float("nan")
+
+    steady, early = steady_and_early(got["latencies"])
+    written, _ = steady_and_early(got["written"])
+    client_lat, _ = steady_and_early(client_out["lags"])
     receipts = np.array(got["first_receipts"], dtype=float)
     span_s = (receipts[-1] - receipts[0]) / 1000 if len(receipts) > 1 else float("nan")
     waste = 1 - got["useful"] / max(1, got["deliveries"])
+    busy = [b for b in m_history if b.events and b.started_at_ms >= run_started_ms]
+    job_s = sum(b.duration_ms for b in busy) / 1000
     results = {
         "sent": sent["sent"],
         "producer_s": sent["seconds"],
@@ -436,10 +458,22 @@ def main() -> int:
         "deliveries": got["deliveries"],
         "useful": got["useful"],
         "waste_ratio": waste,
+        "channel_records": got["channel_records"],
+        "channel_records_per_event": got["channel_records"] / max(1, got["events_with_matches"]),
+        "matching_job_events_per_busy_s": sum(b.events for b in busy) / job_s if job_s else 0.0,
+        "matching_job_median_batch": (
+            float(np.median([b.events for b in busy])) if busy else 0.0,
+            float(np.median([b.duration_ms for b in busy])) if busy else 0.0,
+        ),
         "events_reaching_subscribers_per_s": len(receipts) / span_s if span_s == span_s and span_s > 0 else 0.0,
-        "p50_ms": float(np.percentile(steady, 50)) if len(steady) else float("nan"),
-        "p99_ms": float(np.percentile(steady, 99)) if len(steady) else float("nan"),
-        "startup_p99_ms": float(np.percentile(early, 99)) if len(early) else float("nan"),
+        "written_p50_ms": pct(written, 50),
+        "written_p99_ms": pct(written, 99),
+        "p50_ms": pct(steady, 50),
+        "p99_ms": pct(steady, 99),
+        "startup_p99_ms": pct(early, 99),
+        "client_p50_ms": pct(client_lat, 50),
+        "client_p99_ms": pct(client_lat, 99),
+        "client_events": len(client_lat),
         "clients": {
             sid: {
                 "received": len(ids),
@@ -450,17 +484,25 @@ def main() -> int:
             for sid, ids in client_got.items()
         },
     }
+    r = results
     print(
-        f"  sent {results['sent']:,} events in {results['producer_s']:.1f} s; versions planned: {results['versions']} "
+        f"  sent {r['sent']:,} events in {r['producer_s']:.1f} s; versions planned: {r['versions']} "
         f"(channels job: {channels_counters})\n"
-        f"  events reaching subscribers: {results['events_reaching_subscribers_per_s']:,.0f}/s; latency "
-        f"published_at -> subscriber (after {args.warmup:g} s): p50 {results['p50_ms']:,.0f} ms, p99 "
-        f"{results['p99_ms']:,.0f} ms (start-up p99 {results['startup_p99_ms']:,.0f} ms)\n"
-        f"  waste in flight: {results['useful']:,} wanted of {results['deliveries']:,} deliveries "
+        f"  matching job with delivery: {r['matching_job_events_per_busy_s']:,.0f} events per second of batch time; "
+        f"median batch {r['matching_job_median_batch'][0]:,.0f} events in {r['matching_job_median_batch'][1]:,.0f} ms; "
+        f"{r['channel_records_per_event']:.1f} channel records per matched event\n"
+        f"  latency after {args.warmup:g} s, published_at -> the delivery's Kafka timestamp (written to the channel): "
+        f"p50 {r['written_p50_ms']:,.0f} ms, p99 {r['written_p99_ms']:,.0f} ms\n"
+        f"  latency published_at -> the real clients' yield: p50 {r['client_p50_ms']:,.0f} ms, p99 "
+        f"{r['client_p99_ms']:,.0f} ms over {r['client_events']:,} events\n"
+        f"  latency published_at -> the reader acting for every subscriber (one process): p50 {r['p50_ms']:,.0f} ms, "
+        f"p99 {r['p99_ms']:,.0f} ms (start-up p99 {r['startup_p99_ms']:,.0f} ms); events reaching subscribers "
+        f"{r['events_reaching_subscribers_per_s']:,.0f}/s\n"
+        f"  waste in flight: {r['useful']:,} wanted of {r['deliveries']:,} member deliveries "
         f"(waste ratio {waste:.3f})\n"
-        f"  counts: {results['equal']:,} of {results['match_records']:,} events delivered exactly as their Match "
-        f"record says ({results['lost']:,} short, {results['extra']:,} over)\n"
-        f"  real clients: {results['clients']}",
+        f"  counts: {r['equal']:,} of {r['match_records']:,} events delivered exactly as their Match "
+        f"record says ({r['lost']:,} short, {r['extra']:,} over)\n"
+        f"  real clients: {r['clients']}",
         flush=True,
     )
     if args.json:
