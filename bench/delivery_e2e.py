@@ -312,6 +312,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--warmup", type=float, default=20, help="seconds reported apart as start-up")
     ap.add_argument("--min-interval-s", type=float, default=10, help="channels job: least time between re-clusterings")
+    ap.add_argument(
+        "--reader-after",
+        action="store_true",
+        help="start the reader acting for every subscriber after the load (it takes a core of the two)",
+    )
     ap.add_argument("--clients", type=int, default=4, help="real Subscriber clients beside the reader")
     ap.add_argument("--quick", action="store_true", help="5k subscriptions, 2,000 events/s for 15 s")
     ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting a broker")
@@ -388,7 +393,7 @@ def main() -> int:
                     if args.clients
                     else None
                 )
-                reader = pool.submit(
+                reader_args = (
                     _reader,
                     conn.bootstrap_servers,
                     prefix,
@@ -396,8 +401,9 @@ def main() -> int:
                     {**filters, **client_filters},
                     list(client_filters),
                     expected,
-                    args.seconds + 240,
+                    args.seconds + 600,
                 )
+                reader = None if args.reader_after else pool.submit(*reader_args)
                 time.sleep(10)  # the reader builds its index, the clients subscribe
                 producer = pool.submit(
                     _paced_producer,
@@ -413,6 +419,8 @@ def main() -> int:
                         if not q.isActive:
                             raise RuntimeError(f"a job stopped during the run: {q.exception()}")
                     time.sleep(1)
+                if reader is None:  # read everything now: the jobs had the 2 cores to themselves
+                    reader = pool.submit(*reader_args)
                 sent = producer.result()
                 got = reader.result()
                 client_out = clients.result() if clients is not None else {"got": {}, "lags": []}

@@ -367,6 +367,10 @@ class DriverBatch(ABC):
         name = f"siftstream-{self.job}-{self.topic_prefix or 'default'}"
         return start_batches(source, self, checkpoint, name, available_now, trigger_interval)
 
+    def rows(self, batch: DataFrame, batch_id: int) -> DataFrame:
+        """The batch's raw rows this job reads (all of them unless a subclass says otherwise)."""
+        return batch
+
     def reject(self, table: Any, row: int, code: str, reason: str) -> None:
         """Dead-letter row ``row`` of ``table`` (a topic in :attr:`raw_topics`): a record that
         decoded but that the job cannot use, e.g. a composite tree that does not parse."""
@@ -416,7 +420,7 @@ class DriverBatch(ABC):
         # the flat topics are decoded here, the others sent back to the JVM to be decoded
         import pyarrow.compute as pc
 
-        raw = batch.selectExpr(*_RAW_EXPRS).toArrow()
+        raw = self.rows(batch, batch_id).selectExpr(*_RAW_EXPRS).toArrow()
         stats.read_ms = (time.monotonic() - started) * 1000
         t0 = time.monotonic()
         topics = raw.column("topic")
