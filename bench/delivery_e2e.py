@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from bench.matching_e2e import _paced_producer, load_subscriptions, match_head, new_topics, workload
+from bench.matching_e2e import _paced_producer, _varint, load_subscriptions, match_head, new_topics, workload
 from infra import kafka
 from infra.jars import ensure_jars
 from producers.columns import EventColumns
@@ -58,17 +58,6 @@ from producers.sinks import KafkaSink
 from schemas.topics import CHANNELS_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, channel_topic
 
 _HEAD = 10  # single-object header: marker (2 bytes) + fingerprint (8)
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
 
 
 def match_count(value: bytes) -> int:
@@ -373,15 +362,22 @@ def main() -> int:
 
             wait(lambda: m_handler.history and m_handler.history[-1].subscriptions >= len(subs), "the table")
             warm = w.batch(2000)
-            for e in warm:
+            for e in warm:  # published now: the channels job's clock is the events' time
                 e["event_id"] = "warm-" + e["event_id"]
+                e["published_at"] = int(time.time() * 1000)
             sink = KafkaSink(conn, prefix)
             sink.events(EventColumns.from_records(warm))
             sink.close()
             wait(lambda: sum(b.events for b in m_handler.history) >= len(warm), "the warm-up events")
-            wait(lambda: m_handler.delivery is not None and m_handler.delivery.assignment.version >= 1, "version 1")
+            # steady state: the warm-up's matches re-clustered the join placements, and the matching
+            # job delivers by that version before the load starts
+            wait(lambda: c_handler.monitor.counters["reclusters"] >= 1, "the first re-clustering")
+            target = c_handler.monitor.version
+            wait(lambda: m_handler.delivery is not None and m_handler.delivery.assignment.version >= target, "install")
             print(
-                f"  start-up (table, warm-up, first version installed): {time.monotonic() - started:.0f} s", flush=True
+                f"  start-up (table, warm-up, re-clustered version {target} installed): "
+                f"{time.monotonic() - started:.0f} s",
+                flush=True,
             )
             run_started_ms = int(time.time() * 1000)
             client_filters = {f"client-{i}": subs[i * 997 % len(subs)]["filter"] for i in range(args.clients)}

@@ -28,11 +28,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from infra.connection import KafkaConnection
-from routing.matching.table import SubscriptionRecord
 from routing.monitors.channels import ChannelMonitor, ChannelMonitorConfig
 from schemas.codec import codec_for
 from schemas.topics import CHANNELS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
-from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows
+from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, subscription_records
 from streaming.session import await_query
 
 if TYPE_CHECKING:
@@ -127,20 +126,7 @@ class ChannelsBatch(DriverBatch):
         stats.records[SUBSCRIPTIONS_TOPIC] = len(idx)
         if len(idx):
             rows = table.take(idx).to_pylist()
-            mon.apply_subscriptions(
-                [
-                    SubscriptionRecord(
-                        key=r["key_text"],
-                        tombstone=bool(r["tombstone"]),
-                        op=r["s_op"],
-                        subscription_id=r["s_id"],
-                        filter=r["s_filter"],
-                        composite=r["s_composite"],
-                        subscriber_id=r["s_subscriber"],
-                    )
-                    for r in rows
-                ]
-            )
+            mon.apply_subscriptions(subscription_records(rows))
             sub_time = float(column(table, "ts_ms", idx).max())
         table = tables[MATCHES_TOPIC]
         idx = good_rows(table)

@@ -38,7 +38,6 @@ import numpy as np
 
 from infra.connection import KafkaConnection
 from routing.composite.detection import Detections
-from routing.matching.table import SubscriptionRecord
 from routing.monitors.composites import CompositeMonitor, CompositeMonitorConfig
 from schemas.codec import codec_for
 from schemas.detection_records import encode_detections
@@ -52,7 +51,15 @@ from schemas.topics import (
     TOPOLOGY_TOPIC,
 )
 from streaming.arrow_matching import event_batch
-from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
+from streaming.driver_batch import (
+    BatchStats,
+    DriverBatch,
+    column,
+    good_rows,
+    link_samples,
+    subscription_records,
+    topology_changes,
+)
 from streaming.session import await_query
 
 if TYPE_CHECKING:
@@ -150,18 +157,7 @@ class CompositesBatch(DriverBatch):
         stats.records[SUBSCRIPTIONS_TOPIC] = len(idx)
         if len(idx):
             rows = table.take(idx).to_pylist()
-            records = [
-                SubscriptionRecord(
-                    key=r["key_text"],
-                    tombstone=bool(r["tombstone"]),
-                    op=r["s_op"],
-                    subscription_id=r["s_id"],
-                    filter=r["s_filter"],
-                    composite=r["s_composite"],
-                    subscriber_id=r["s_subscriber"],
-                )
-                for r in rows
-            ]
+            records = subscription_records(rows)
             for pos, (code, reason) in mon.apply_subscriptions(records, [r["s_broker"] for r in rows]):
                 self.reject(table, int(idx[pos]), code, reason)
         table = tables[EVENTS_TOPIC]

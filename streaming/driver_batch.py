@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from routing.matching.table import SubscriptionRecord
 from schemas.columnar import FlatColumns, FlatDecoder, ascii_rows, binary_buffers, supports
 from schemas.topics import (
     BROKER_TELEMETRY_TOPIC,
@@ -56,6 +57,7 @@ __all__ = [
     "column",
     "good_rows",
     "link_samples",
+    "subscription_records",
     "topology_changes",
 ]
 
@@ -264,6 +266,23 @@ def good_rows(table: Any) -> np.ndarray:
     ok = np.asarray(pc.is_null(table.column("error_code")).to_numpy(zero_copy_only=False), dtype=bool)
     order = np.lexsort((table.column("offset").to_numpy(zero_copy_only=False), table.column("partition").to_numpy()))
     return order[ok[order]]
+
+
+def subscription_records(rows: list[dict[str, Any]]) -> list[SubscriptionRecord]:
+    """Decoded subscription rows (their ``key_text``, ``tombstone`` and ``s_*`` columns) as the
+    records of ``routing.matching.table``."""
+    return [
+        SubscriptionRecord(
+            key=r["key_text"],
+            tombstone=bool(r["tombstone"]),
+            op=r["s_op"],
+            subscription_id=r["s_id"],
+            filter=r["s_filter"],
+            composite=r["s_composite"],
+            subscriber_id=r["s_subscriber"],
+        )
+        for r in rows
+    ]
 
 
 def column(table: Any, name: str, idx: np.ndarray) -> np.ndarray:
