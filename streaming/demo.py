@@ -419,7 +419,8 @@ def _composites_stage(cfg: DemoConfig, conn: KafkaConnection, jars: Any, console
         where = "-" if p is None else ", ".join(f"{k}@{v}" for k, v in sorted(p["placement"].items()))
         costs = "-" if p is None else f"{p['cost']:.2f} / {p['baseline_cost']:.2f}"
         why = "-" if p is None else next(iter(p["reasons"].values()), "")
-        table.add_row(sid, trees[sid], str(n), where, costs, why)
+        # a subscription of an earlier run that this run's workload did not replace is still live
+        table.add_row(sid, trees.get(sid, "(from an earlier run)"), str(n), where, costs, why)
     console.print(table)
     stats = history[-1].extra if history else {}
     console.print(
