@@ -101,6 +101,7 @@ def _reader(
         index.add(sid, text)
     index.flush()
     marker_fp = codec_for("ChannelMarker").header
+    batch_fp = codec_for("ChannelEvents").header
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -127,6 +128,7 @@ def _reader(
     latencies: list[tuple[int, int]] = []  # (published_at, ms) of deliveries some member wanted
     written: list[tuple[int, int]] = []  # (published_at, ms to the delivery's Kafka timestamp), same deliveries
     channel_records = 0
+    kafka_records = 0
     deliveries = useful = events_delivered = 0
     first_receipt: dict[bytes, int] = {}
     watched: dict[str, set[str]] = {sid: set() for sid in watch}
@@ -214,7 +216,12 @@ def _reader(
                 topic = msg.topic()
                 if topic in topics:
                     c = topics[topic]
-                    pending[c].append((msg.value(), msg.timestamp()[1]))
+                    value, ts = msg.value(), msg.timestamp()[1]
+                    kafka_records += 1
+                    if value[:_HEAD] == batch_fp:  # a ChannelEvents record: its events, in order
+                        pending[c].extend((raw, ts) for raw in decode(value, "ChannelEvents")[1]["events"])
+                    else:
+                        pending[c].append((value, ts))
                     touched.add(c)
                 elif topic.endswith(MATCHES_TOPIC):
                     eid, _ = match_head(msg.value())
@@ -238,6 +245,7 @@ def _reader(
         "latencies": latencies,
         "written": written,
         "channel_records": channel_records,
+        "kafka_records": kafka_records,
         "deliveries": deliveries,
         "useful": useful,
         "events_delivered": events_delivered,
@@ -464,6 +472,7 @@ def main() -> int:
         "waste_ratio": waste,
         "channel_records": got["channel_records"],
         "channel_records_per_event": got["channel_records"] / max(1, got["events_with_matches"]),
+        "channel_kafka_records": got["kafka_records"],
         "matching_job_events_per_busy_s": sum(b.events for b in busy) / job_s if job_s else 0.0,
         "matching_job_median_batch": (
             float(np.median([b.events for b in busy])) if busy else 0.0,
@@ -494,7 +503,8 @@ def main() -> int:
         f"(channels job: {channels_counters})\n"
         f"  matching job with delivery: {r['matching_job_events_per_busy_s']:,.0f} events per second of batch time; "
         f"median batch {r['matching_job_median_batch'][0]:,.0f} events in {r['matching_job_median_batch'][1]:,.0f} ms; "
-        f"{r['channel_records_per_event']:.1f} channel records per matched event\n"
+        f"{r['channel_records_per_event']:.1f} channel deliveries per matched event "
+        f"(in {r['channel_kafka_records']:,} Kafka records with the markers)\n"
         f"  latency after {args.warmup:g} s, published_at -> the delivery's Kafka timestamp (written to the channel): "
         f"p50 {r['written_p50_ms']:,.0f} ms, p99 {r['written_p99_ms']:,.0f} ms\n"
         f"  latency published_at -> the real clients' yield: p50 {r['client_p50_ms']:,.0f} ms, p99 "

@@ -10,8 +10,8 @@ the ids in rank order, as ``routing.matching.index.Matches.sorted_ranks`` gives 
   id's encoded Avro string, kept per index version (the ids in rank order are the same array for
   every batch of one version), in rank order, which is plain string order (docs/reference/matching-log.md);
 - :func:`delivery_batch` returns the rows of delivery through channels (docs/reference/delivery.md):
-  each good event that matched, once per channel that carries one of its subscriptions, its
-  value as published, keyed by its event id, to the channel's topic;
+  per channel one ``ChannelEvents`` record with every good event of the batch that it carries
+  (once, as published), keyed by the first one's event id, to the channel's topic;
 - :func:`output_batches` returns the rows that Spark's Kafka sink writes as they are
   (:data:`OUTPUT_SCHEMA`: topic, key, value): each good row's ``Match`` keyed by its event id, each
   bad row's ``DeadLetter`` (``schemas.rules.dead_letter``, the validation job's bytes) keyed
@@ -209,21 +209,41 @@ def delivery_pairs(
 def delivery_batch(
     rb: pa.RecordBatch, events: DecodedEvents, rows: np.ndarray, chans: np.ndarray, topics: list[str]
 ) -> pa.RecordBatch:
-    """The Kafka rows (:data:`OUTPUT_SCHEMA`) of the pairs of :func:`delivery_pairs`: the row's
-    value as published (``rb``'s ``value``), keyed by its event id, to ``topics[channel]``.
+    """The Kafka rows (:data:`OUTPUT_SCHEMA`) of the pairs of :func:`delivery_pairs`: per channel
+    one ``ChannelEvents`` record holding its rows' values as published (``rb``'s ``value``), in row
+    order, keyed by the first one's event id, to ``topics[channel]``. One record per channel and
+    batch rather than one per event: the Kafka sink's cost is per record.
 
-    >>> from schemas.codec import codec_for
+    >>> from schemas.codec import codec_for, decode
     >>> from schemas.event_records import decode_rows
-    >>> ev = {"event_id": "e1", "publisher_id": "p", "published_at": 5, "lifetime_ms": 0, "attributes": {}}
-    >>> rb = pa.RecordBatch.from_arrays([pa.array([codec_for("Event").encode(ev)], pa.binary())], ["value"])
+    >>> evs = [{"event_id": e, "publisher_id": "p", "published_at": 5, "lifetime_ms": 0, "attributes": {}}
+    ...        for e in ("e1", "e2")]
+    >>> rb = pa.RecordBatch.from_arrays([pa.array([codec_for("Event").encode(e) for e in evs], pa.binary())], ["value"])
     >>> events = decode_rows(rb.column("value"))
-    >>> out = delivery_batch(rb, events, np.array([0, 0]), np.array([0, 2]), ["c0", "c1", "c2"])
+    >>> out = delivery_batch(rb, events, np.array([0, 0, 1]), np.array([0, 2, 2]), ["c0", "c1", "c2"])
     >>> out.column("topic").to_pylist(), out.column("key").to_pylist()
     (['c0', 'c2'], [b'e1', b'e1'])
+    >>> [decode(v, "Event")[1]["event_id"] for v in decode(out.column("value")[1].as_py())[1]["events"]]
+    ['e1', 'e2']
     """
+    header = codec_for("ChannelEvents").header
+    values = rb.column("value")
     starts, lens = events.event_id
-    key_off, key_blob = gather_spans(events.data, starts[rows], lens[rows])
-    keys = pa.Array.from_buffers(pa.binary(), len(rows), [None, pa.py_buffer(key_off), pa.py_buffer(key_blob)])
-    values = rb.column("value").take(pa.array(rows, pa.int64()))
-    topic = pa.DictionaryArray.from_arrays(pa.array(chans.astype(np.int32)), pa.array(topics)).cast(pa.string())
-    return pa.RecordBatch.from_arrays([topic, keys, values.cast(pa.binary())], names=OUTPUT_NAMES)
+    order = np.lexsort((rows, chans))  # by channel, rows ascending within one
+    rows, chans = rows[order], chans[order]
+    cuts = np.flatnonzero(np.diff(chans)) + 1
+    out_topics, keys, out_values = [], [], []
+    for part_rows, part_chans in zip(np.split(rows, cuts), np.split(chans, cuts), strict=True):
+        raws = values.take(pa.array(part_rows, pa.int64())).to_pylist()
+        body = [header, zigzag(len(raws))]
+        for raw in raws:
+            body += [zigzag(len(raw)), raw]
+        body.append(b"\x00")
+        first = int(part_rows[0])
+        keys.append(events.data[starts[first] : starts[first] + lens[first]].tobytes())
+        out_topics.append(topics[int(part_chans[0])])
+        out_values.append(b"".join(body))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(out_topics, pa.string()), pa.array(keys, pa.binary()), pa.array(out_values, pa.binary())],
+        names=OUTPUT_NAMES,
+    )

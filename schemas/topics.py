@@ -129,8 +129,8 @@ def channel_topic(channel: int, prefix: str = "") -> str:
 
 def channel_spec(channel: int) -> TopicSpec:
     """How a channel topic is laid out: one partition (one order for events and version
-    markers), a day's retention; values are ``Event`` records as published plus ``ChannelMarker``
-    records.
+    markers), a day's retention; values are ``ChannelEvents`` records (events as published, a
+    batch at a time) and ``ChannelMarker`` records.
 
     >>> channel_spec(0).partitions, channel_spec(0).schema
     (1, 'Event')

@@ -16,9 +16,10 @@ match -> encode:
    ``schemas.match_records``): for a good row its whole ``Match`` record, single-object Avro
    (``subscription_ids`` sorted, per docs/reference/topics.md), keyed by event id; for a bad row its
    ``DeadLetter`` (the validation job's bytes), keyed ``topic/partition/offset``;
-5. with delivery on (``ShipState.delivery``, a :class:`DeliveryShip`), adds each matched event's
-   delivery rows: its value as published, once to each channel topic that carries one of its
-   subscriptions under the installed assignment version (docs/reference/delivery.md).
+5. with delivery on (``ShipState.delivery``, a :class:`DeliveryShip`), adds the delivery rows:
+   per channel topic one ``ChannelEvents`` record with every matched event of the batch that the
+   channel carries under the installed assignment version (one of its subscriptions is on it),
+   each as published (docs/reference/delivery.md).
 
 The composites job reads events decoded by the JVM, as typed map columns: :func:`event_batch`
 makes its ``EventBatch`` from those.

@@ -430,6 +430,7 @@ class Subscription:
         self.counters = ClientCounters()
         self._recent = RecentIds(dedupe_window)
         self._pending: deque[Message] = deque()
+        self._inner: deque[bytes] = deque()  # events of the ChannelEvents record being read
         self.closed = False
         prefix = owner.topic_prefix
         group = f"siftstream-client-{subscription_id}"
@@ -475,6 +476,7 @@ class Subscription:
 
     def _read_from(self, channel: int, offset: int) -> None:
         self._pending.clear()
+        self._inner.clear()
         self._consumer.assign([TopicPartition(channel_topic(channel, self._owner.topic_prefix), 0, offset)])
 
     @property
@@ -525,14 +527,21 @@ class Subscription:
         while True:
             if self.follower.needs is not None and not self._install(deadline):
                 return None
-            msg = self._next_record(deadline)
-            if msg is None:
-                self._owner._writer.poll()
-                return None
+            if self._inner:  # the rest of a ChannelEvents record: events, no markers
+                value = self._inner.popleft()
+            else:
+                msg = self._next_record(deadline)
+                if msg is None:
+                    self._owner._writer.poll()
+                    return None
+                value = msg.value()
             try:
-                name, record = decode(msg.value())
+                name, record = decode(value)
             except DecodeError:
                 self.counters.undecodable += 1
+                continue
+            if name == "ChannelEvents":
+                self._inner.extend(record["events"])
                 continue
             if name == "ChannelMarker":
                 self.counters.markers += 1

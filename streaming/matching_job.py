@@ -38,8 +38,8 @@ before ``B`` runs. ``foreachBatch`` then:
 4. **Delivery** (``MatchingConfig.deliver``, on by default; docs/reference/delivery.md). Before
    the events are matched, ``streaming.delivery`` installs the newest planned channel
    assignment (markers, the installed record with the hand-over offsets) and the workers add,
-   per matched event, its value as published once to each channel topic that carries one of its
-   subscriptions, in the same write. The source then also subscribes to the channels topic
+   per channel topic, one ``ChannelEvents`` record with the batch's matched events that the
+   channel carries (each as published, once), in the same write. The source then also subscribes to the channels topic
    (``CHANNELS_TOPIC``; its rows are not matched), so that a new planned version starts a
    micro-batch even when no events arrive.
 

@@ -82,16 +82,22 @@ def planned(version: int, plan: dict[str, int]) -> bytes:
 
 
 def channel_records(conn: KafkaConnection, topic: str) -> list[tuple[int, str, dict[str, Any]]]:
-    """(offset, record name, record) of every record in a one-partition topic, in order."""
+    """(offset, record name, record) of every record in a one-partition topic, in order; a
+    ``ChannelEvents`` record gives one ``Event`` entry per event it holds, all at its offset."""
     consumer = Consumer(conn.confluent(**{"group.id": "judge", "enable.auto.commit": False}))
     out: list[tuple[int, str, dict[str, Any]]] = []
     try:
         low, high = watermarks(consumer, topic, 0)
         consumer.assign([TopicPartition(topic, 0, low)])
-        while len(out) < high - low:
+        read = 0
+        while read < high - low:
             for msg in consumer.consume(1000, 2.0):
                 name, record = decode(msg.value())
-                out.append((msg.offset(), name, record))
+                read += 1
+                if name == "ChannelEvents":
+                    out += [(msg.offset(), *decode(raw, "Event")) for raw in record["events"]]
+                else:
+                    out.append((msg.offset(), name, record))
     finally:
         consumer.close()
     return out
@@ -105,17 +111,16 @@ def follow(
 ) -> list[str]:
     """The event ids a client of ``sid`` reads, following markers from the lobby's start."""
     follower, got = Follower(sid), []
-    channel, pos = LOBBY, 0
-    records = {c: {off: (name, rec) for off, name, rec in recs} for c, recs in channels.items()}
-    ends = {c: (recs[-1][0] + 1 if recs else 0) for c, recs in channels.items()}
-    while pos < ends[channel]:
-        name, rec = records[channel][pos]
-        pos += 1
+    channel, i = LOBBY, 0  # i: position in channels[channel], whose entries are in offset order
+    while i < len(channels[channel]):
+        _, name, rec = channels[channel][i]
+        i += 1
         if name == "ChannelMarker":
             if not follower.on_marker(rec["version"]):
                 moved = follower.install(rec["version"], plans[rec["version"]], handovers[rec["version"]])
                 if moved is not None:
-                    channel, pos = moved
+                    channel, offset = moved
+                    i = next((j for j, e in enumerate(channels[channel]) if e[0] >= offset), len(channels[channel]))
         else:
             got.append(rec["event_id"])
     return got
