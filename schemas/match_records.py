@@ -199,11 +199,13 @@ def delivery_pairs(
     counts = np.diff(offsets)
     rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     chans = channel_by_rank[ranks].astype(np.int64)
-    keep = good[rows]
-    rows, chans = rows[keep], chans[keep]
-    width = int(chans.max(initial=0)) + 1
-    pairs = np.unique(rows * width + chans)
-    return pairs // width, pairs % width
+    if not good.all():
+        keep = good[rows]
+        rows, chans = rows[keep], chans[keep]
+    carried = np.zeros((len(counts), int(chans.max(initial=0)) + 1), dtype=bool)  # no sort: a scatter
+    carried[rows, chans] = True
+    pair_rows, pair_chans = np.nonzero(carried)
+    return pair_rows.astype(np.int64), pair_chans.astype(np.int64)
 
 
 def delivery_batch(
