@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infra.connection import KafkaConnection
-from routing.matching.table import SubscriptionRecord
 from routing.monitors.qos import QosMonitor, QosMonitorConfig
 from routing.reliability.estimation import EstimationConfig
 from schemas.codec import codec_for
@@ -58,7 +57,15 @@ from schemas.topics import (
     TOPICS,
     TOPOLOGY_TOPIC,
 )
-from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
+from streaming.driver_batch import (
+    BatchStats,
+    DriverBatch,
+    column,
+    good_rows,
+    link_samples,
+    subscription_records,
+    topology_changes,
+)
 from streaming.session import await_query
 
 if TYPE_CHECKING:
@@ -186,17 +193,7 @@ class QosBatch(DriverBatch):
         if len(idx):
             rows = table.take(idx).to_pylist()
             monitor.apply_subscriptions(
-                [
-                    SubscriptionRecord(
-                        key=r["key_text"],
-                        tombstone=bool(r["tombstone"]),
-                        op=r["s_op"],
-                        subscription_id=r["s_id"],
-                        filter=r["s_filter"],
-                        composite=r["s_composite"],
-                    )
-                    for r in rows
-                ],
+                subscription_records(rows),
                 [
                     {
                         "subscriber_id": r["s_subscriber"],

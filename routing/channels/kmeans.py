@@ -74,19 +74,25 @@ def _seed_centres(x: Points, k: int, rng: np.random.Generator) -> Points:
     return x[chosen].copy()
 
 
+def _refill_empty(x: Points, labels: Labels, centres: Points) -> None:
+    """Give each empty cluster, lowest first, the point farthest from its centre among those whose
+    cluster has another point (in place; filling one never empties another)."""
+    k = len(centres)
+    for c in np.flatnonzero(np.bincount(labels, minlength=k) == 0).tolist():
+        dist = ((x - centres[labels]) ** 2).sum(axis=1)
+        counts = np.bincount(labels, minlength=k)
+        dist[counts[labels] <= 1] = -1.0  # never empty another cluster
+        far = int(np.argmax(dist))
+        labels[far] = c
+        centres[c] = x[far]
+
+
 def _lloyd(x: Points, centres: Points) -> Labels:
     k = len(centres)
     labels = np.argmin(_sq_dist(x, centres), axis=1).astype(np.int64)  # argmin: lowest index on a tie
     for _ in range(MAX_ITERATIONS):
         centres = np.array([x[labels == c].mean(axis=0) if (labels == c).any() else centres[c] for c in range(k)])
-        for c in range(k):
-            if not (labels == c).any():
-                dist = ((x - centres[labels]) ** 2).sum(axis=1)
-                counts = np.bincount(labels, minlength=k)
-                dist[counts[labels] <= 1] = -1.0  # never empty another cluster
-                far = int(np.argmax(dist))
-                labels[far] = c
-                centres[c] = x[far]
+        _refill_empty(x, labels, centres)
         new = np.argmin(_sq_dist(x, centres), axis=1).astype(np.int64)
         if np.array_equal(new, labels):
             break
@@ -145,19 +151,11 @@ def _seed_weighted(x: Points, w: Weights, k: int, rng: np.random.Generator) -> P
 
 
 def _lloyd_weighted(x: Points, wx: Points, w: Weights, centres: Points) -> Labels:
-    k = len(centres)
     wf = w.astype(np.float64)
     labels = _nearest_gram(x, centres)
     for _ in range(MAX_ITERATIONS):
         centres = _weighted_means(wx, wf, labels, centres)
-        counts = np.bincount(labels, minlength=k)
-        for c in np.flatnonzero(counts == 0).tolist():
-            dist = ((x - centres[labels]) ** 2).sum(axis=1)
-            counts = np.bincount(labels, minlength=k)
-            dist[counts[labels] <= 1] = -1.0  # never empty another cluster
-            far = int(np.argmax(dist))
-            labels[far] = c
-            centres[c] = x[far]
+        _refill_empty(x, labels, centres)
         new = _nearest_gram(x, centres)
         if np.array_equal(new, labels):
             break
