@@ -412,8 +412,14 @@ class ClustersWorkload(_Columnar):
     """Subscription-clustering workloads of Tariq's thesis §3.3.2 and §3.6: ``dims`` (up to 5)
     integer attributes ``x1..`` on [0, 30]. ``distribution`` ``WL1``: subscriptions and events uniform; ``WL2``:
     five hotspots, each subscription and event drawn around a hotspot chosen with Zipf
-    popularity. A subscription is a box (one ``between`` per attribute) whose side is chosen so
-    that an event matches about ``match_rate`` (5%) of subscriptions (calibrated at construction)."""
+    popularity. ``subscriptions_distribution`` (default: ``distribution``) draws the subscriptions
+    from the other one: the thesis's false-positive experiment (§3.3.2, Fig. 3.2c-d) keeps the
+    subscriptions uniform and draws only the events from WL2, so that ``ck`` and ``ov``, which see
+    the filters, get no head start from subscriptions piled on the hotspots. A subscription is a
+    box (one ``between`` per attribute) whose side is chosen so that an event matches about
+    ``match_rate`` (5%) of subscriptions (calibrated at construction).
+
+    Example: ``ClustersWorkload(1000, distribution="WL2", subscriptions_distribution="WL1")``."""
 
     name = "clusters"
 
@@ -425,13 +431,16 @@ class ClustersWorkload(_Columnar):
         match_rate: float = 0.05,
         hotspots: int = 5,
         seed: int = 0,
+        subscriptions_distribution: str | None = None,
     ) -> None:
-        if not 1 <= dims <= 5 or distribution not in ("WL1", "WL2"):
-            raise ValueError("dims must be 1..5 and distribution WL1 or WL2")
+        sub_dist = subscriptions_distribution or distribution
+        if not 1 <= dims <= 5 or distribution not in ("WL1", "WL2") or sub_dist not in ("WL1", "WL2"):
+            raise ValueError("dims must be 1..5 and distribution (and subscriptions_distribution) WL1 or WL2")
         self.params = dict(
             subscriptions=subscriptions,
             dims=dims,
             distribution=distribution,
+            subscriptions_distribution=sub_dist,
             match_rate=match_rate,
             hotspots=hotspots,
             seed=seed,
@@ -440,7 +449,7 @@ class ClustersWorkload(_Columnar):
         self.dims, self.distribution, self._rng = dims, distribution, np.random.default_rng(seed + 1)
         self.centers = rng.integers(5, 26, size=(hotspots, dims))
         self.p_hot = zipf_probs(hotspots, 1.0)
-        mids = self._points(rng, subscriptions)
+        mids = self._points(rng, subscriptions, sub_dist)
         # box side: start from volume = match_rate, then correct for clipping at the domain's edges
         side = 31 * match_rate ** (1 / dims)
         for _ in range(12):
@@ -457,8 +466,8 @@ class ClustersWorkload(_Columnar):
         lo = mids - side / 2
         return np.stack([np.clip(np.round(lo), 0, 30), np.clip(np.round(lo + side), 0, 30)], axis=-1).astype(int)
 
-    def _points(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        if self.distribution == "WL1":
+    def _points(self, rng: np.random.Generator, n: int, distribution: str | None = None) -> np.ndarray:
+        if (distribution or self.distribution) == "WL1":
             return rng.uniform(0, 30, size=(n, self.dims))
         hot = rng.choice(len(self.centers), size=n, p=self.p_hot)
         return np.clip(self.centers[hot] + rng.normal(0, 2.5, size=(n, self.dims)), 0, 30)

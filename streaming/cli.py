@@ -569,13 +569,23 @@ def cmd_composites_job(args: argparse.Namespace) -> int:
     return _run_driver_job(args, "composites", cfg, run, banner, ["detections", "placements"])
 
 
-def cmd_channels_job(args: argparse.Namespace) -> int:
-    """Subscriptions and matches -> planned channel assignment versions (docs/guide/channels.md)."""
-    from routing.monitors.channels import ChannelMonitorConfig
-    from schemas.topics import CHANNELS_TOPIC
-    from streaming.channels_job import ChannelsConfig, run
+def _read_domains(path: Path | None) -> dict[str, Any] | None:
+    """The ``--domains`` file's JSON object (None without the flag); a bad file exits with its reason."""
+    if path is None:
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: --domains {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise SystemExit(f"error: --domains {path}: must be a JSON object keyed by attribute")
+    return doc
 
-    monitor = ChannelMonitorConfig(
+
+def _channel_monitor_config(args: argparse.Namespace) -> Any:
+    from routing.monitors.channels import ChannelMonitorConfig
+
+    return ChannelMonitorConfig(
         k=args.k,
         psi=args.psi,
         sample_events=args.sample_events,
@@ -585,7 +595,19 @@ def cmd_channels_job(args: argparse.Namespace) -> int:
         min_interval_ms=int(args.min_interval_s * 1000),
         budget_ms=args.budget_ms,
         seed=args.seed,
+        domains=_read_domains(args.domains),
     )
+
+
+def cmd_channels_job(args: argparse.Namespace) -> int:
+    """Subscriptions and matches -> planned channel assignment versions (docs/guide/channels.md)."""
+    from schemas.topics import CHANNELS_TOPIC
+    from streaming.channels_job import ChannelsConfig, run
+
+    try:
+        monitor = _channel_monitor_config(args)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     opts = _driver_job(args, "channels")
     del opts["lateness_ms"]  # the clock is the matches' event time; nothing waits for late records
     cfg = ChannelsConfig(monitor=monitor, **opts)
@@ -1122,11 +1144,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--method",
-        choices=["flooding", "exact", "kmeans", "spectral-rassoc", "spectral-ncut", "approx", "auto"],
-        default="spectral-ncut",
-        help="re-clustering method, routing.channels.RECLUSTER_METHODS (default: %(default)s)",
+        choices=["flooding", "exact", "ck", "ov", "kmeans", "spectral-rassoc", "spectral-ncut", "approx", "auto"],
+        default="auto",
+        help="re-clustering method, routing.channels.RECLUSTER_METHODS; auto keeps the fewest false positives "
+        "among those run within --budget-ms (default: %(default)s)",
     )
     p.add_argument("--budget-ms", type=float, default=2000.0, help="time budget of auto (default: %(default)s)")
+    p.add_argument(
+        "--domains",
+        type=Path,
+        metavar="FILE",
+        help="JSON object of the attributes' finite domains (docs/reference/channels.md §1); lets ck and ov "
+        "re-cluster and auto try them",
+    )
     p.add_argument(
         "--drift",
         type=float,

@@ -49,6 +49,7 @@ from routing.channels.instance import ChannelError, ChannelInstance, Domain, Exa
 from routing.channels.kmeans import kmeans
 from routing.channels.match_sets import PlanMetrics, derive_hits, plan_metrics, plan_metrics_by_sets
 from routing.channels.methods import (
+    AUTO_BASELINES,
     AUTO_RUN_ORDER,
     BOUNDED_METHODS,
     CHANNEL_METHODS,
@@ -65,6 +66,7 @@ from routing.channels.planner import DEFAULT_BUDGET_MS, DEFAULT_METHOD, RECLUSTE
 from routing.channels.similarity import isolated, jaccard, jaccard_by_sets, recent_windows
 
 __all__ = [
+    "AUTO_BASELINES",
     "AUTO_RUN_ORDER",
     "BOUNDED_METHODS",
     "CHANNEL_METHODS",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +29,10 @@ import numpy as np
 import numpy.typing as npt
 from scipy import sparse
 
-from routing.channels.instance import ChannelError, ChannelInstance, ExactLimitError
+from routing.channels.instance import ChannelError, ChannelInstance, Domain, ExactLimitError
 from routing.channels.match_sets import derive_hits, plan_metrics
 from routing.channels.methods import (
+    AUTO_BASELINES,
     AUTO_RUN_ORDER,
     BOUNDED_METHODS,
     CHANNEL_METHODS,
@@ -46,6 +48,7 @@ from routing.channels.methods import (
     spectral_rassoc,
 )
 from routing.channels.similarity import jaccard, recent_windows
+from routing.matching.language import Filter
 
 __all__ = [
     "DEFAULT_BUDGET_MS",
@@ -67,8 +70,9 @@ SPARSE_NCUT_FROM = 2000
 (one node per distinct window, sparse J, ``eigsh``); below it, the dense steps on the N x N J."""
 
 DENSE_SIMILARITY_LIMIT = 8000
-""":func:`recluster` refuses ``kmeans`` and ``spectral-rassoc`` (which need the dense N x N J, 8 N² bytes
-per copy) beyond this many subscriptions; ``auto`` then leaves them out."""
+""":func:`recluster` refuses ``kmeans``, ``spectral-rassoc`` (which need the dense N x N J, 8 N² bytes
+per copy) and ``ov`` (the dense N x N overlap O) beyond this many subscriptions; ``auto`` then
+leaves them out."""
 
 
 @dataclass
@@ -118,7 +122,7 @@ def run_method(prep: PreparedInstance, method: str, sigma: float | None = None) 
     raise ChannelError(f"unknown method {method!r}: one of {', '.join(CHANNEL_METHODS)}")
 
 
-RECLUSTER_METHODS = (*(m for m in BOUNDED_METHODS if m not in ("ck", "ov")), "auto")
+RECLUSTER_METHODS = (*BOUNDED_METHODS, "auto")
 
 
 def recluster(
@@ -129,16 +133,22 @@ def recluster(
     psi: int = 20,
     seed: int = 0,
     budget_ms: float = DEFAULT_BUDGET_MS,
+    filters: Sequence[Filter] = (),
+    domains: Mapping[str, Domain] | None = None,
 ) -> tuple[npt.NDArray[np.int64], str]:
     """Channels for the match matrix of a live sample: what the channels job re-clusters with.
 
     ``hits[i, j]`` says whether subscription ``ids[i]`` matched the sample's event j: a dense bool
     array or a :class:`scipy.sparse.csr_matrix` (its stored non-zero entries are the matches). The
-    methods are those of :func:`plan_channels` that need only the matches (``RECLUSTER_METHODS``;
-    ``auto`` among them keeps the fewest false positives within ``budget_ms``). ``spectral-ncut``, the
-    default, runs its sparse form from :data:`SPARSE_NCUT_FROM` subscriptions; ``kmeans`` and
-    ``spectral-rassoc`` are refused beyond :data:`DENSE_SIMILARITY_LIMIT` (``auto`` skips them there).
-    Returns the labels and the method that made them.
+    methods are the bounded ones of :func:`plan_channels` and ``auto``, which keeps the fewest
+    false positives among the candidates it ran (in :data:`AUTO_RUN_ORDER`: the
+    :data:`AUTO_BASELINES` always, the others while ``budget_ms`` lasts, checked between
+    candidates). ``ck`` and ``ov`` read the subscriptions' ``filters`` (parsed, in ``ids``
+    order) and the attributes' ``domains``; without both they are refused (``auto`` skips them).
+    ``spectral-ncut``, the default, runs its sparse form from :data:`SPARSE_NCUT_FROM`
+    subscriptions; ``kmeans``, ``spectral-rassoc`` and ``ov`` are refused beyond
+    :data:`DENSE_SIMILARITY_LIMIT` (``auto`` skips them there). Returns the labels and the method
+    that made them.
 
     >>> hits = np.array([[1, 0], [1, 0], [0, 1]], dtype=bool)
     >>> labels, used = recluster(hits, ("a", "b", "c"), 2, "approx")
@@ -152,14 +162,28 @@ def recluster(
     if sparse.issparse(hits):
         hits = np.asarray(sparse.csr_matrix(hits).toarray() != 0, dtype=bool)
     hits = np.asarray(hits, dtype=bool)
-    inst = ChannelInstance(k=k, psi=psi, seed=seed, subscription_ids=ids, filters=(), event_ids=(), events=())
+    if filters and len(filters) != len(ids):
+        raise ChannelError(f"{len(filters)} filters for {len(ids)} subscriptions")
+    inst = ChannelInstance(
+        k=k,
+        psi=psi,
+        seed=seed,
+        subscription_ids=ids,
+        filters=tuple(filters),
+        event_ids=(),
+        events=(),
+        domains=dict(domains or {}),
+    )
     prep = PreparedInstance(inst, hits)
-    dense_only = ("kmeans", "spectral-rassoc")
+    dense_only = ("kmeans", "spectral-rassoc", "ov")
 
     def refuse_dense(candidate: str) -> None:
+        if candidate in ("ck", "ov") and (not filters or not domains):
+            raise ChannelError(f"{candidate} needs the subscriptions' filters and the attributes' domains")
         if candidate in dense_only and len(ids) > DENSE_SIMILARITY_LIMIT:
+            what = "overlap" if candidate == "ov" else "similarity"
             raise ChannelError(
-                f"{candidate} needs the dense {len(ids)} x {len(ids)} similarity: at most "
+                f"{candidate} needs the dense {len(ids)} x {len(ids)} {what}: at most "
                 f"{DENSE_SIMILARITY_LIMIT} subscriptions"
             )
 
@@ -169,9 +193,7 @@ def recluster(
     started = time.perf_counter()
     best: tuple[int, str, npt.NDArray[np.int64]] | None = None
     for candidate in AUTO_RUN_ORDER:
-        if candidate not in RECLUSTER_METHODS:
-            continue
-        if best is not None and (time.perf_counter() - started) * 1000 > budget_ms:
+        if candidate not in AUTO_BASELINES and (time.perf_counter() - started) * 1000 > budget_ms:
             break
         try:
             refuse_dense(candidate)
@@ -216,7 +238,7 @@ def plan_channels(
     if method == "auto":
         results: dict[str, tuple[int, npt.NDArray[np.int64]]] = {}
         for candidate in AUTO_RUN_ORDER:
-            if results and (time.perf_counter() - started) * 1000 > budget_ms:
+            if candidate not in AUTO_BASELINES and (time.perf_counter() - started) * 1000 > budget_ms:
                 break
             try:
                 labels = run_method(prep, candidate, sigma)

@@ -93,15 +93,16 @@ from scipy.optimize import linear_sum_assignment
 
 from routing.channels import (
     DEFAULT_BUDGET_MS,
-    DEFAULT_METHOD,
     LOBBY,
     RECLUSTER_METHODS,
     Assignment,
     ChannelUnions,
+    Domain,
     PlanMetrics,
     plan_metrics,
     recluster,
 )
+from routing.matching.language import Filter, FilterError, parse_filter
 from routing.matching.table import SubscriptionRecord, plan_change
 from routing.stats.state import pack_documents, pack_state, unpack_documents, unpack_state
 
@@ -126,8 +127,8 @@ class ChannelMonitorConfig:
     sample_events : int
         Matched events in the recent sample the waste is measured and re-clustered on.
     method : str
-        Re-clustering method, one of ``routing.channels.RECLUSTER_METHODS`` (default
-        ``spectral-ncut``; ``auto`` keeps the fewest false positives within ``budget_ms``).
+        Re-clustering method, one of ``routing.channels.RECLUSTER_METHODS`` (default ``auto``:
+        the fewest false positives on the sample among the candidates run within ``budget_ms``).
     drift : float
         Re-cluster only when the false positives, as a share of flooding's on the same sample,
         exceed their share right after the last re-clustering by more than this (absolute).
@@ -140,21 +141,30 @@ class ChannelMonitorConfig:
         Time budget of ``auto``.
     seed : int
         Seed of the k-means in the clustering methods.
+    domains : dict or None
+        The attributes' finite domains, as in a channel instance (docs/reference/channels.md §1:
+        ``{"price": {"min": 0, "max": 200}, "region": {"values": ["eu", "us"]}}``). With them the
+        monitor keeps each subscription's filter and the structural methods ``ck`` and ``ov`` can
+        re-cluster (and ``auto`` tries them); without them they cannot.
     """
 
     k: int = 32
     psi: int = 20
     sample_events: int = 2000
-    method: str = DEFAULT_METHOD
+    method: str = "auto"
     drift: float = 0.05
     margin: float = 0.1
     min_interval_ms: int = 60_000
     budget_ms: float = DEFAULT_BUDGET_MS
     seed: int = 0
+    domains: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in RECLUSTER_METHODS:
             raise ValueError(f"method must be one of {', '.join(RECLUSTER_METHODS)} (got {self.method!r})")
+        if self.method in ("ck", "ov") and not self.domains:
+            raise ValueError(f"method {self.method} needs the attributes' domains (the filters alone give no volumes)")
+        self.parsed_domains()  # a bad domain fails here, not at the first re-clustering
         for name in ("k", "psi", "sample_events"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)}")
@@ -162,6 +172,12 @@ class ChannelMonitorConfig:
             raise ValueError(f"need drift >= 0 and 0 <= margin < 1 (got {self.drift}, {self.margin})")
         if self.min_interval_ms < 0 or not self.budget_ms >= 0:
             raise ValueError("min_interval_ms and budget_ms must be >= 0")
+
+    def parsed_domains(self) -> dict[str, Domain]:
+        """``domains`` as :class:`routing.channels.Domain` objects (empty without domains)."""
+        if self.domains is not None and not isinstance(self.domains, Mapping):
+            raise ValueError("domains must be an object keyed by attribute")
+        return {str(name): Domain.from_json(str(name), doc) for name, doc in (self.domains or {}).items()}
 
 
 class ChannelMonitor:
@@ -186,8 +202,11 @@ class ChannelMonitor:
 
     def __init__(self, config: ChannelMonitorConfig | None = None) -> None:
         self.config = config or ChannelMonitorConfig()
+        self._domains: dict[str, Domain] = self.config.parsed_domains()
         size = self.config.sample_events
         self._subscribers: dict[str, str] = {}  # live subscription id -> subscriber id
+        self._filters: dict[str, str] = {}  # live subscription id -> filter text (kept only with domains)
+        self._parsed: dict[str, Filter | None] = {}  # filter text -> parsed (None: unparsable), a cache
         self._row: dict[str, int] = {}  # live subscription id -> its row of _hits
         self._free: list[int] = []
         self._hits: BoolMatrix = np.zeros((64, size), dtype=bool)  # rows x ring columns
@@ -265,6 +284,8 @@ class ChannelMonitor:
                 self._row[sid] = self._take_row()
                 new.append(sid)
             self._subscribers[sid] = rec.subscriber_id or ""
+            if self.config.domains:
+                self._filters[sid] = text
         placing = sorted({s for s in new if s in self._subscribers and s not in self._channel})
         if placing:
             unions = self._unions()
@@ -393,11 +414,32 @@ class ChannelMonitor:
         """A re-clustering of the sample, renumbered to keep subscriptions where they are."""
         cfg = self.config
         self._last_attempt_ms = now_ms
-        found, used = recluster(hits, ids, cfg.k, cfg.method, cfg.psi, cfg.seed, cfg.budget_ms)
+        found, used = recluster(
+            hits, ids, cfg.k, cfg.method, cfg.psi, cfg.seed, cfg.budget_ms, self._filters_of(ids), self._domains
+        )
         candidate = _align(found, labels, cfg.k)
         if adopt:
             self._adopt(ids, candidate, used)
         return candidate, used
+
+    def _filters_of(self, ids: tuple[str, ...]) -> tuple[Filter, ...]:
+        """The parsed filters of ``ids`` for ``ck`` and ``ov``; empty without domains or when one does
+        not parse (those two methods are then not candidates)."""
+        if not self.config.domains:
+            return ()
+        out = []
+        for sid in ids:
+            text = self._filters.get(sid, "")
+            if text not in self._parsed:
+                try:
+                    self._parsed[text] = parse_filter(text)
+                except (FilterError, ValueError):
+                    self._parsed[text] = None
+            filt = self._parsed[text]
+            if filt is None:
+                return ()
+            out.append(filt)
+        return tuple(out)
 
     def _adopt(self, ids: tuple[str, ...], labels: Labels, method: str) -> None:
         self._channel = {sid: int(c) for sid, c in zip(ids, labels.tolist(), strict=True)}
@@ -509,6 +551,7 @@ class ChannelMonitor:
         if sid not in self._subscribers:
             return
         del self._subscribers[sid]
+        self._filters.pop(sid, None)
         self._channel.pop(sid, None)
         row = self._row.pop(sid)
         self._hits[row] = False
@@ -521,6 +564,7 @@ class ChannelMonitor:
         meta = {
             "config": asdict(self.config),
             "subscribers": self._subscribers,
+            "filters": self._filters,
             "row": self._row,
             "free": self._free,
             "slot_ids": self._slot_ids,
@@ -552,6 +596,7 @@ class ChannelMonitor:
         packed = state["bits"].reshape(rows, -1)
         mon._hits = np.unpackbits(packed, axis=1, count=size).astype(bool)
         mon._subscribers, mon._row, mon._free = meta["subscribers"], meta["row"], meta["free"]
+        mon._filters = meta.get("filters", {})
         mon._slot_ids = meta["slot_ids"]
         mon._slot_of = {eid: i for i, eid in enumerate(mon._slot_ids) if eid is not None}
         mon._next, mon._filled = meta["next"], meta["filled"]

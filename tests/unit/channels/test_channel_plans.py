@@ -17,7 +17,9 @@ from producers.workloads import ClustersWorkload
 from routing.channels import (
     BOUNDED_METHODS,
     CHANNEL_METHODS,
+    ChannelError,
     ChannelInstance,
+    Domain,
     derive_hits,
     exact,
     exact_by_enumeration,
@@ -358,8 +360,57 @@ def test_auto_runs_every_bounded_method_once_cheapest_first_and_breaks_ties_by_t
 
     assert sorted(AUTO_RUN_ORDER) == sorted(BOUNDED_METHODS) and len(set(AUTO_RUN_ORDER)) == len(AUTO_RUN_ORDER)
     out = plan_channels(ChannelInstance.from_json(EXAMPLE), "auto", budget_ms=0)
-    # a spent budget still runs the first candidate; no tie to break, flooding it is
-    assert out["candidates"] == {"flooding": 7} and out["chosen"] == "flooding"
+    # a spent budget still runs flooding and the three baselines; ck, ov and approx tie at 3
+    assert out["candidates"] == {"flooding": 7, "ck": 3, "ov": 3, "approx": 3} and out["chosen"] == "ck"
     full = plan_channels(ChannelInstance.from_json(EXAMPLE), "auto")
     assert list(full["candidates"]) == list(BOUNDED_METHODS)
     assert full["chosen"] == "exact"  # exact, ck, ov, spectral-ncut and approx all reach FP 3: the table's first
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.integers(0, 9), st.sets(st.sampled_from("abc"), max_size=3), st.booleans()),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_overlap_equals_its_pairwise_twin(rows: list[tuple[int, int, set[str], bool]]) -> None:
+    from routing.channels.methods import overlap, overlap_by_pairs
+    from routing.matching.language import parse_filter
+
+    filters = []
+    for lo, hi, region, bounded in rows:
+        parts = [f"x between {min(lo, hi)} and {max(lo, hi)}"] if bounded else [f"x != {lo}"]
+        if region:
+            parts.append("r in (" + ", ".join(f"'{v}'" for v in sorted(region)) + ")")
+        filters.append(parse_filter(" and ".join(parts)))
+    domains = {
+        "r": Domain.from_json("r", {"values": ["a", "b", "c"]}),
+        "x": Domain.from_json("x", {"min": 0, "max": 9}),
+    }
+    assert np.array_equal(overlap(filters, domains), overlap_by_pairs(filters, domains))
+
+
+def test_recluster_runs_the_structural_baselines_with_filters_and_domains() -> None:
+    from routing.channels import recluster
+    from routing.channels.methods import ck, ov
+
+    inst = clustered_instance(k=4)
+    hits = derive_hits(inst.filters, inst.events)
+    ids, doms = inst.subscription_ids, inst.domains
+    for method, direct in (("ck", ck(inst.filters, doms, 4, ids, 0)), ("ov", ov(hits, inst.filters, doms, 4, ids, 0))):
+        labels, used = recluster(hits, ids, 4, method, filters=inst.filters, domains=doms)
+        assert used == method and np.array_equal(labels, direct)
+        with pytest.raises(ChannelError, match="needs the subscriptions' filters and the attributes' domains"):
+            recluster(hits, ids, 4, method)
+    # auto keeps the fewest false positives of every candidate it ran: none of the baselines beats it
+    labels, used = recluster(hits, ids, 4, "auto", filters=inst.filters, domains=doms)
+    chosen = plan_metrics(hits, labels).false_positives
+    for method in ("ck", "ov", "approx", "spectral-ncut"):
+        assert (
+            chosen
+            <= plan_metrics(
+                hits, recluster(hits, ids, 4, method, filters=inst.filters, domains=doms)[0]
+            ).false_positives
+        )

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from routing.channels import Assignment, ChannelUnions, plan_metrics
+from routing.channels import BOUNDED_METHODS, Assignment, ChannelUnions, plan_metrics
 from routing.matching.table import SubscriptionRecord
 from routing.monitors.channels import ChannelMonitor, ChannelMonitorConfig
 
@@ -46,7 +46,9 @@ def two_groups(**overrides: Any) -> tuple[ChannelMonitor, int]:
     mon.apply_subscriptions([sub(s) for s in A + B])
     t = feed(mon, [A, B], 200, 0, "e")
     [initial] = mon.step(t)
-    assert initial["reason"] == "initial" and initial["method"] == mon.config.method
+    # the method that made the plan: the configured one, or the candidate auto kept
+    made_by = mon.config.method if mon.config.method != "auto" else initial["method"]
+    assert initial["reason"] == "initial" and initial["method"] == made_by in BOUNDED_METHODS
     if mon.config.k == 2:
         assert initial["waste_ratio"] == 0.0
         assert sorted(sorted(c["subscription_ids"]) for c in initial["channels"]) == [A, B]
@@ -162,7 +164,7 @@ def test_no_events_no_ratios_and_one_subscription_is_not_clustered() -> None:
 
 
 def test_drift_reclusters_and_moves_few() -> None:
-    mon, t = two_groups(min_interval_ms=100)
+    mon, t = two_groups(min_interval_ms=100, method="spectral-ncut")
     # the load changes: now the first half of A and of B match the same events, and so on
     x, y = ["a1", "a2", "b1", "b2"], ["a3", "a4", "b3", "b4"]
     t = feed(mon, [x, y], 200, t, "f")
@@ -259,8 +261,35 @@ def test_state_round_trip_continues_identically() -> None:
 
 def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="method must be one of"):
+        ChannelMonitorConfig(method="ideal")
+    with pytest.raises(ValueError, match="method ck needs the attributes' domains"):
         ChannelMonitorConfig(method="ck")
+    with pytest.raises(ValueError, match="'max' must be >= 'min'"):
+        ChannelMonitorConfig(domains={"x": {"min": 3, "max": 1}})
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
         ChannelMonitorConfig(k=0)
     with pytest.raises(ValueError, match="margin"):
         ChannelMonitorConfig(margin=1.0)
+
+
+def test_domains_let_the_structural_baselines_recluster_and_survive_a_restart() -> None:
+    cfg = ChannelMonitorConfig(k=2, sample_events=100, method="ck", domains={"x": {"min": 0, "max": 9}})
+    mon = ChannelMonitor(cfg)
+    low, high = ["a1", "a2", "a3"], ["b1", "b2", "b3"]
+    mon.apply_subscriptions(
+        [
+            SubscriptionRecord(op="subscribe", subscription_id=s, filter="x between 0 and 4", subscriber_id="u")
+            for s in low
+        ]
+        + [SubscriptionRecord(op="subscribe", subscription_id=s, filter="x > 5", subscriber_id="u") for s in high]
+    )
+    t = feed(mon, [low, high], 40, 0, "e")
+    [v] = mon.step(t)
+    assert v["method"] == "ck" and sorted(sorted(c["subscription_ids"]) for c in v["channels"]) == [low, high]
+    copy = ChannelMonitor.from_bytes(mon.to_bytes())
+    assert copy.to_bytes() == mon.to_bytes()
+    # a removed subscription's filter goes with it; ck still runs on the restored monitor
+    for m in (mon, copy):
+        m.apply_subscriptions([unsub("b3")])
+        assert m._filters_of(tuple(sorted(m.subscribers))) and "b3" not in m._filters
+    assert mon.step(t + 1) == copy.step(t + 1)

@@ -71,6 +71,25 @@ def test_clusters_match_about_five_percent_under_both_distributions() -> None:
     for dist in ("WL1", "WL2"):
         w = ClustersWorkload(subscriptions=500, distribution=dist, seed=1)
         assert 0.04 <= w.realized_match_rate(400) <= 0.06, dist
+    mixed = ClustersWorkload(subscriptions=500, distribution="WL2", subscriptions_distribution="WL1", seed=1)
+    assert 0.04 <= mixed.realized_match_rate(400) <= 0.06
+
+
+def test_clusters_subscriptions_can_come_from_the_other_distribution() -> None:
+    """The thesis's false-positive experiment: uniform boxes, hotspot events. Uniform box centres
+    spread over the domain; hotspot ones crowd near the five centres."""
+    hot = ClustersWorkload(subscriptions=500, distribution="WL2", seed=2)
+    spread = ClustersWorkload(subscriptions=500, distribution="WL2", subscriptions_distribution="WL1", seed=2)
+    assert np.array_equal(hot.centers, spread.centers)
+
+    def near_a_hotspot(w: ClustersWorkload) -> float:
+        mids = w.boxes.mean(axis=2)
+        dist = np.linalg.norm(mids[:, None, :] - w.centers[None, :, :], axis=2).min(axis=1)
+        return float((dist < 8).mean())
+
+    assert near_a_hotspot(hot) > 0.8 > 0.2 > near_a_hotspot(spread)
+    with pytest.raises(ValueError, match="subscriptions_distribution"):
+        ClustersWorkload(subscriptions=10, subscriptions_distribution="WL3")
 
 
 def test_composite_rates_and_structure_follow_chen() -> None:
