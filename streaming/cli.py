@@ -650,6 +650,38 @@ def cmd_deadletter(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """The live dashboard of any cluster's topics (docs/guide/dashboard.md), until Ctrl-C."""
+    import time
+
+    from streaming.dashboard import Dashboard
+    from streaming.web import WebServer
+
+    conn = connection(args)
+    dashboard = Dashboard(conn, args.topic_prefix)
+    server = WebServer(args.http_host, args.http_port, dashboard)
+    try:
+        url = server.start()
+    except OSError as exc:
+        dashboard.stop()
+        raise RuntimeError(f"cannot serve on {args.http_host}:{args.http_port}: {exc}") from None
+    prefix = f" (topic prefix {args.topic_prefix!r})" if args.topic_prefix else ""
+    print(f"dashboard of {conn.bootstrap_servers}{prefix}: {url}   Ctrl-C stops it", flush=True)
+    said = ""
+    try:
+        while True:
+            health = dashboard.health()
+            if health != said and (health == "ok" or health.startswith("feed")):
+                print(f"feed: {'read every topic to its end; following' if health == 'ok' else health}", flush=True)
+                said = health
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        print("stopping the dashboard", flush=True)
+    finally:
+        server.stop()
+    return 0
+
+
 def cmd_match(args: argparse.Namespace) -> int:
     """Apply a matching log (docs/reference/matching-log.md), one output line per event; exit 2 if
     any line was invalid."""
@@ -1204,6 +1236,17 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_deadletter)
+
+    p = sub.add_parser(
+        "dashboard",
+        help="the live dashboard of a cluster's output topics, in the browser",
+        description="Reads the output topics from the beginning of their retained data and serves the live "
+        "dashboard at / and the metrics at /metrics; prints the URL; Ctrl-C stops it. Guide: docs/guide/dashboard.md",
+    )
+    _common(p)
+    p.add_argument("--http-port", type=int, default=8080, help="HTTP port, 0 = a free one (default: %(default)s)")
+    p.add_argument("--http-host", default="127.0.0.1", help="HTTP address to bind (default: %(default)s)")
+    p.set_defaults(func=cmd_dashboard)
 
     p = sub.add_parser(
         "match", help="apply a matching log (docs/reference/matching-log.md): the subscriptions each event matches"
