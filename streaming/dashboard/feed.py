@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from infra.connection import KafkaConnection
 from schemas.codec import DecodeError, decode
@@ -157,7 +157,10 @@ class Feed:
             next_scan = 0.0
             while not self._stop.is_set():
                 if time.monotonic() >= next_scan:
-                    self._scan(consumer)
+                    try:
+                        self._scan(consumer)
+                    except KafkaException as exc:  # the cluster unreachable for now: the next scan retries
+                        self.warnings = [*self.warnings[-9:], f"listing topics: {exc}"]
                     next_scan = time.monotonic() + self.rescan_s
                 if not self.assigned:
                     self._stop.wait(self.poll_s)

@@ -49,6 +49,7 @@ per applied record.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
@@ -109,6 +110,15 @@ def _num(x: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def _round(x: float | None) -> float | None:
+    """Four decimals: what the page shows, in fewer bytes per snapshot."""
+    return None if x is None else round(x, 4)
+
+
+def _last(ring: deque[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    return list(itertools.islice(ring, max(0, len(ring) - n), None))
 
 
 class _Bounded(OrderedDict[str, Any]):
@@ -521,7 +531,7 @@ class DashboardState:
                     "wish": self._wish(wishes, subs),
                     "alert": sub.alert,
                     "reports": sub.reports,
-                    "recent": [[p["t"], p["predicted"], p["measured"]] for p in list(sub.history)[-30:]],
+                    "recent": [[p["t"], _round(p["predicted"]), _round(p["measured"])] for p in _last(sub.history, 20)],
                 }
             )
         subscribers.sort(key=lambda s: s["id"])

@@ -3,6 +3,7 @@
 // /api/subscriber. Every text from the topics is set with textContent, never as HTML.
 "use strict";
 
+const MAX_ROWS = 200; // table rows drawn at once: sort or search to reach the others
 const state = { snap: null, selected: null, sort: { key: "alert", dir: -1 }, search: "", charts: {} };
 
 // ---- small helpers ------------------------------------------------------------------------------
@@ -125,10 +126,13 @@ function drawSubscribers(snap) {
     if (va > vb) return dir;
     return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
   });
-  $("#subscriber-count").textContent = `${rows.length} of ${snap.subscribers.length}`;
+  const shown = rows.slice(0, MAX_ROWS);
+  $("#subscriber-count").textContent =
+    `${rows.length} of ${snap.subscribers.length}` + (rows.length > shown.length ? `, first ${MAX_ROWS} shown` : "") +
+    (snap.subscribers_dropped ? ` (${snap.subscribers_dropped} least recent no longer kept)` : "");
   fillBody(
     $("#subscribers"),
-    rows.map((s) => {
+    shown.map((s) => {
       const minRel = s.wish.min_reliability;
       const below = (v) => (minRel !== null && v !== null && v < minRel ? "num below" : "num");
       const wish = [
