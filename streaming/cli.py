@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.connection import KafkaConnection
+from streaming.config import CONFIG_ENV, DEFAULT_FILE, ConfigError
+from streaming.config import load as load_config
+from streaming.config import show as show_config
 
 __all__ = ["DEFAULT_HOME", "build_parser", "connection", "main"]
 
@@ -58,6 +61,33 @@ def _cluster_cfg(args: argparse.Namespace) -> Any:
 
 
 # ---- infra -----------------------------------------------------------------------------------
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """``siftstream config show``: the effective settings and their sources (docs/guide/configuration.md)."""
+    target = list(args.target)
+    while target and target[0] in ("--json", "--all"):  # the remainder starts at the first word after show
+        setattr(args, target.pop(0)[2:], True)
+    doc = show_config(args.config_layers, args.config_file, target, args.all)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"configuration file: {doc['file'] or f'none (--config, ${CONFIG_ENV} or ./{DEFAULT_FILE})'}")
+    if not doc["commands"]:
+        console.print("every option has its built-in default; siftstream config show COMMAND lists them")
+    table = Table()
+    for column in ("command", "option", "value", "from"):
+        table.add_column(column, overflow="fold")
+    for name, settings in doc["commands"].items():
+        for s in settings:
+            table.add_row(name, f"--{s['key']}", "" if s["value"] is None else str(s["value"]), s["source"])
+    if doc["commands"]:
+        console.print(table)
+    return 0
 
 
 def cmd_infra(args: argparse.Namespace) -> int:
@@ -1020,9 +1050,32 @@ def _plan_parsers(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="siftstream", description="Content-based publish/subscribe on Kafka and Spark."
+        prog="siftstream",
+        description="Content-based publish/subscribe on Kafka and Spark. Every option can also be set in a "
+        "TOML file or the environment (docs/guide/configuration.md).",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"settings file, TOML (default: ${CONFIG_ENV}, else ./{DEFAULT_FILE} when present)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "config",
+        help="show the effective settings and where each came from (file, environment, flag, default)",
+        description="Effective settings: the built-in defaults, the TOML file, SIFTSTREAM_* variables and "
+        "flags, later ones winning (docs/guide/configuration.md).",
+    )
+    p.add_argument("action", choices=["show"])
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--all", action="store_true", help="without a command: every option, defaults too")
+    p.add_argument(
+        "target",
+        nargs=argparse.REMAINDER,
+        help="a command and, optionally, its flags: every option of it (e.g. channels-job --k 16)",
+    )
+    p.set_defaults(func=cmd_config)
 
     p = sub.add_parser("infra", help="local Kafka broker, topics, jars, Spark standalone cluster")
     p.add_argument("action", choices=["up", "down", "status", "topics", "jars", "spark-up", "spark-down"])
@@ -1266,8 +1319,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     raw = list(argv) if argv is not None else sys.argv[1:]
+    parser = build_parser()
+    try:
+        layers, config_file = load_config(parser, raw)
+    except ConfigError as exc:
+        print(f"siftstream: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(raw)
+    args.config_layers, args.config_file = layers, config_file
     args.count_given = "--count" in raw
     # a job stopped by SIGTERM (service managers, CI) shuts down as on Ctrl-C
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
