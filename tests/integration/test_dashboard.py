@@ -308,6 +308,12 @@ def test_dashboard_shows_live_topics_in_chromium(
         print(f"a report written with the page open showed on it {time.monotonic() - written:.1f} s later, no reload")
         assert drawn_version() != before
 
+        # sorting: a click on a column sorts by it, largest first; a second click reverses
+        browser.find_element(By.CSS_SELECTOR, "#subscribers th[data-sort='predicted']").click()
+        wait_for("sorted by predicted reliability", lambda: list(rows()) == ["bob", "dave", "alice"], timeout_s=5)
+        browser.find_element(By.CSS_SELECTOR, "#subscribers th[data-sort='predicted']").click()
+        wait_for("sorted the other way", lambda: list(rows()) == ["alice", "dave", "bob"], timeout_s=5)
+
         # searching by subscription id keeps its subscriber only
         search = browser.find_element(By.ID, "search")
         search.send_keys("sub-b1")

@@ -120,11 +120,13 @@ function drawSubscribers(snap) {
     (s) => !q || s.id.toLowerCase().includes(q) || s.wish.subscriptions.some((x) => x.toLowerCase().includes(q))
   );
   const { key, dir } = state.sort;
+  const byId = (a, b) => a.id.localeCompare(b.id, undefined, { numeric: true }); // s2 before s10
   rows = rows.slice().sort((a, b) => {
+    if (key === "id") return dir * byId(a, b);
     const va = sortValue(a, key), vb = sortValue(b, key);
     if (va < vb) return -dir;
     if (va > vb) return dir;
-    return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+    return byId(a, b);
   });
   const shown = rows.slice(0, MAX_ROWS);
   $("#subscriber-count").textContent =
