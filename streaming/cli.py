@@ -757,6 +757,117 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_demo(cfg)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Every job continuously, supervised, with metrics (docs/guide/serve.md)."""
+    from streaming.serve import ServeConfig, serve
+    from streaming.status import JOBS
+
+    jobs = tuple(j for j in (args.jobs.split(",") if args.jobs is not None else JOBS) if j and j != "none")
+    unknown = sorted(set(jobs) - set(JOBS))
+    if unknown:
+        raise ValueError(f"--jobs: unknown {', '.join(unknown)}; the jobs are {', '.join(JOBS)}")
+    conn = _serve_connection(args, start_broker=True)
+    cfg = ServeConfig(
+        conn=conn,
+        checkpoint_dir=_checkpoint_dir(args),
+        stats_dir=_home(args) / "stats",
+        topic_prefix=args.topic_prefix,
+        jobs=jobs,
+        master=args.master,
+        spark_ui=args.spark_ui,
+        trigger_interval=args.trigger_interval,
+        demo=args.demo,
+        demo_rate=args.demo_rate,
+        seed=args.seed,
+        http_host=args.http_host,
+        http_port=args.http_port,
+        dashboard=not args.no_dashboard,
+        quiet=not args.verbose,
+        kafka_config=args.kafka_config,
+    )
+    return serve(cfg)
+
+
+def _checkpoint_dir(args: argparse.Namespace) -> Path:
+    return Path(args.checkpoint_dir).resolve() if args.checkpoint_dir else _home(args) / "checkpoints"
+
+
+def _serve_connection(args: argparse.Namespace, start_broker: bool) -> KafkaConnection:
+    """The cluster, with the local broker started (as ``run`` does) and every topic created."""
+    from infra import kafka
+    from infra.topics import ensure_topics
+
+    if start_broker and not args.bootstrap_servers:
+        print(f"[serve] {kafka.up(_broker_cfg(args), _jars(args))}", file=sys.stderr)
+    conn = connection(args)
+    ensure_topics(conn, args.topic_prefix)
+    return conn
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Topics, jobs' progress and lag, subscriptions, alerts; exit 3 when a job is unhealthy."""
+    from rich.console import Console
+
+    from streaming.status import EXIT_HEALTHY, EXIT_UNHEALTHY, collect, render
+
+    doc = collect(connection(args), args.topic_prefix, _checkpoint_dir(args), args.max_lag)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        render(doc, Console(width=max(110, Console().width)))
+    return EXIT_HEALTHY if doc["healthy"] else EXIT_UNHEALTHY
+
+
+def _service_parsers(sub: Any) -> None:
+    """``siftstream serve`` and ``siftstream status``: the live service and its health check."""
+    from streaming.status import DEFAULT_MAX_LAG, JOBS
+
+    p = sub.add_parser(
+        "serve",
+        help="run every job continuously, supervised, with metrics (and --demo's live feeds)",
+        description="Starts the local broker (unless --bootstrap-servers), every topic, and every job "
+        "(validation, matching with delivery, channels, QoS, routes, composites) continuously in one Spark "
+        "application; restarts a failed query with exponential backoff; serves /metrics over HTTP; stops "
+        "cleanly on Ctrl-C or SIGTERM, and a restart resumes from the checkpoints. --demo also starts live "
+        "feeds. Guide: docs/guide/serve.md",
+    )
+    _common(p)
+    _spark_opts(p)
+    p.add_argument(
+        "--http-port", type=int, default=8080, help="HTTP port, 0 = a free one, -1 = none (default: %(default)s)"
+    )
+    p.add_argument("--http-host", default="127.0.0.1", help="HTTP address to bind (default: %(default)s)")
+    p.add_argument("--no-dashboard", action="store_true", help="serve /metrics only, no dashboard at /")
+    p.add_argument("--checkpoint-dir", help="the jobs' checkpoints: DIR/<job><prefix> (default: HOME/checkpoints)")
+    p.add_argument("--jobs", help=f"comma-separated jobs to run, 'none' for none (default: all of {','.join(JOBS)})")
+    p.add_argument("--trigger-interval", default="5 seconds", help="every query's trigger (default: %(default)s)")
+    p.add_argument("--demo", action="store_true", help="also start the live feeds: stocks, sensors, overlay, clients")
+    p.add_argument(
+        "--demo-rate", type=float, default=50.0, help="events per second of each demo feed (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the demo feeds (default: %(default)s)")
+    p.add_argument("--verbose", action="store_true", help="one line per job and batch, Spark's warnings")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "status",
+        help="topics, each job's committed progress and lag, subscriptions, open alerts (exit 3 if unhealthy)",
+        description="Topics with their end offsets, each job's last committed batch and lag (from its checkpoint), "
+        "the live subscriptions and the open QoS alerts. Exit 3 when a job has no committed batch or is more "
+        "than --max-lag records behind: usable as a health check. Guide: docs/guide/serve.md",
+    )
+    _common(p)
+    p.add_argument("--checkpoint-dir", help="the jobs' checkpoints (default: HOME/checkpoints)")
+    p.add_argument(
+        "--max-lag",
+        type=int,
+        default=DEFAULT_MAX_LAG,
+        help="records a job may be behind and still be healthy (default: %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=cmd_status)
+
+
 # ---- clients ---------------------------------------------------------------------------------
 
 
@@ -1143,6 +1254,7 @@ def build_parser() -> argparse.ArgumentParser:
     _qos_parsers(sub)
     _plan_parsers(sub)
     _client_parsers(sub)
+    _service_parsers(sub)
 
     p = sub.add_parser("simulate", help="play a broker overlay: events, link/broker telemetry, receipts")
     _common(p)

@@ -35,6 +35,9 @@ class SparkConfig:
         stateful micro-batch take seconds on two cores.
     ui : bool
         Whether to start the Spark web UI.
+    fair_scheduler : bool
+        Spark's fair scheduler (``spark.scheduler.mode=FAIR``): concurrent queries of one
+        application share the cores by pool instead of first come, first served.
     """
 
     master: str = "local[2]"
@@ -43,6 +46,7 @@ class SparkConfig:
     ui: bool = False
     driver_memory: str = "4g"
     executor_memory: str = "1g"
+    fair_scheduler: bool = False
 
 
 def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
@@ -64,6 +68,7 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
         .config("spark.default.parallelism", "2")
+        .config("spark.scheduler.mode", "FAIR" if cfg.fair_scheduler else "FIFO")
         # pyspark 4.2.0 can hang in Arrow-optimised Python UDFs (SPARK-58241, fixed in 4.2.1,
         # whose connector jars Maven Central does not serve); our hot paths use mapInArrow.
         .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
