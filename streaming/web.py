@@ -18,6 +18,9 @@ Routes
 ``/api/subscriber?id=S``
     One subscriber's history: predicted and measured reliability with the 90% band, its wish
     and its alerts (``Dashboard.subscriber``); 404 when unknown.
+``/api/search?q=TEXT``
+    The subscribers whose id, or one of whose subscriptions' ids, contains the text
+    (``Dashboard.search``).
 ``/api/events``
     Server-sent events: an ``event: state`` message with the snapshot each time the feed has
     changed it (at most one per ``push_interval_s``), a comment line as a keep-alive otherwise.
@@ -128,6 +131,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._json({"error": "unknown subscriber"}, HTTPStatus.NOT_FOUND)
                 else:
                     self._json(detail)
+            elif url.path == "/api/search":
+                self._json({"subscribers": dashboard.search(query.get("q", [""])[0])})
             elif url.path == "/api/events":
                 self._events(dashboard)
             else:

@@ -16,6 +16,7 @@ that ``streaming.web.WebServer`` serves from it (docs/guide/dashboard.md).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
@@ -39,7 +40,7 @@ class Dashboard:
     topic_prefix : str
         The deployment's topic prefix.
     limits : Limits, optional
-        How much state is kept (the defaults bound it to some tens of MB).
+        How much state is kept (the defaults bound it to about 155 MB: docs/guide/dashboard.md).
     job_poll_s : float
         How often the jobs' metrics are read back from the registry for the page.
 
@@ -160,6 +161,11 @@ class Dashboard:
     def _jobs_view(self) -> list[dict[str, Any]]:
         names = [*metrics.JOB_NAMES, *sorted(set(self._jobs) - set(metrics.JOB_NAMES))]
         return [{"job": name, **self._jobs.get(name, {})} for name in names]
+
+    def search(self, text: str, limit: int = 5000) -> list[str]:
+        """Subscribers whose id, or one of whose subscriptions' ids, contains ``text``."""
+        with self.lock:
+            return list(itertools.islice(self.state.subscribers_matching(text), limit))
 
     def subscriber(self, subscriber: str) -> dict[str, Any] | None:
         """One subscriber's history, wish and alerts; None when no report named it."""

@@ -49,16 +49,21 @@ per applied record.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 __all__ = ["DashboardState", "Limits"]
 
 _SHOWN_SUBSCRIPTIONS = 50  # subscription ids listed per subscriber (the count is complete)
+_SHOWN_CONTRIBUTORS = 5  # contributors kept per alert, largest share first as the QoS job orders them
+_BROKER_HISTORY = 60  # broker reports kept per broker: the utilisation trend
+_TREND_POINTS = 12  # reports per subscriber in the snapshot's trend (the detail has them all)
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ class Limits:
 
     subscribers: int = 5000
     history: int = 240
-    alerts: int = 20
+    alerts: int = 10
     samples: int = 500
     elements: int = 2000
     subscriptions: int = 200_000
@@ -112,22 +117,15 @@ def _num(x: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _round(x: float | None) -> float | None:
-    """Four decimals: what the page shows, in fewer bytes per snapshot."""
-    return None if x is None else round(x, 4)
-
-
-def _last(ring: deque[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    return list(itertools.islice(ring, max(0, len(ring) - n), None))
-
-
 class _Bounded(OrderedDict[str, Any]):
-    """A table of at most ``limit`` keys; touching a key makes it the newest."""
+    """A table of at most ``limit`` keys; touching a key makes it the newest; ``on_drop`` hears
+    of each key dropped for room."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_drop: Callable[[str, Any], None] | None = None) -> None:
         super().__init__()
         self.limit = limit
         self.dropped = 0
+        self.on_drop = on_drop
 
     def touch(self, key: str, make: Any) -> Any:
         if key in self:
@@ -136,38 +134,104 @@ class _Bounded(OrderedDict[str, Any]):
         value = make()
         self[key] = value
         while len(self) > self.limit:
-            self.popitem(last=False)
+            old_key, old_value = self.popitem(last=False)
             self.dropped += 1
+            if self.on_drop is not None:
+                self.on_drop(old_key, old_value)
         return value
 
 
 class _Samples:
-    """A ring of the last ``limit`` values with their running sum (None values count apart)."""
+    """The last ``limit`` telemetry values in a numpy ring (NaN for a lost message)."""
 
     def __init__(self, limit: int) -> None:
-        self.ring: deque[float | None] = deque(maxlen=limit)
+        self.values = np.full(limit, np.nan)
+        self.count = 0
 
     def add(self, value: float | None) -> None:
-        self.ring.append(value)
+        self.values[self.count % len(self.values)] = np.nan if value is None else value
+        self.count += 1
+
+    def __len__(self) -> int:
+        return min(self.count, len(self.values))
 
     def mean(self) -> float | None:
-        values = [v for v in self.ring if v is not None]
-        return sum(values) / len(values) if values else None
+        kept = self.values[: len(self)]
+        present = kept[~np.isnan(kept)]
+        return float(present.mean()) if len(present) else None
 
     def share_none(self) -> float | None:
-        return sum(1 for v in self.ring if v is None) / len(self.ring) if self.ring else None
+        n = len(self)
+        return float(np.isnan(self.values[:n]).sum() / n) if n else None
+
+
+_SERIES = ("t", "predicted", "low", "high", "measured")
+
+
+class _Series:
+    """A subscriber's reports over time: a numpy ring of rows (window end, R'_s, its 90% band,
+    R_s), NaN for a missing value, kept in window order; at most ``limit`` rows."""
+
+    def __init__(self, limit: int) -> None:
+        self.rows = np.full((limit, len(_SERIES)), np.nan)
+        self.count = 0
+
+    def __len__(self) -> int:
+        return min(self.count, len(self.rows))
+
+    def ordered(self) -> npt.NDArray[np.float64]:
+        """The rows, oldest first."""
+        n, cap = len(self), len(self.rows)
+        if self.count <= cap:
+            return self.rows[:n]
+        start = self.count % cap
+        return np.concatenate([self.rows[start:], self.rows[:start]])
+
+    def last_t(self) -> float | None:
+        return float(self.rows[(self.count - 1) % len(self.rows), 0]) if self.count else None
+
+    def add(self, row: tuple[float | None, ...]) -> None:
+        values = [np.nan if v is None else v for v in row]
+        last = self.last_t()
+        if last is not None and values[0] < last:
+            # a report out of window order (a replay, a late write): re-sort the kept rows
+            rows = np.vstack([self.ordered(), values])
+            rows = rows[np.argsort(rows[:, 0], kind="stable")][-len(self.rows) :]
+            self.rows[: len(rows)] = rows
+            self.count = len(rows)
+            return
+        self.rows[self.count % len(self.rows)] = values
+        self.count += 1
+
+    def trend(self, last: int) -> list[list[float | None]]:
+        """The last ``last`` rows as ``[window end, R'_s, R_s]``, four decimals, None for missing."""
+        rows = np.round(self.ordered()[-last:][:, [0, 1, 4]], 4).tolist()
+        return [[int(t), None if p != p else p, None if m != m else m] for t, p, m in rows]
+
+    def points(self, last: int | None = None) -> list[dict[str, Any]]:
+        """The rows as dicts (None for a missing value), the last ``last`` of them when given."""
+        rows = self.ordered()
+        if last is not None:
+            rows = rows[-last:]
+        return [
+            {
+                name: (int(v) if name == "t" else None if math.isnan(v) else float(v))
+                for name, v in zip(_SERIES, row, strict=True)
+            }
+            for row in rows.tolist()
+        ]
 
 
 @dataclass
 class _Subscriber:
-    history: deque[dict[str, Any]]
+    history: _Series
     alerts: deque[dict[str, Any]]
     latest: dict[str, Any] = field(default_factory=dict)
     alert: dict[str, Any] | None = None
     reports: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Wish:
     subscriber_id: str
     min_reliability: float | None
@@ -199,7 +263,9 @@ class DashboardState:
         self.undecodable: Counter[str] = Counter()
         self.undecodable_example: dict[str, str] = {}
         self._subscribers = _Bounded(lim.subscribers)
-        self._wishes = _Bounded(lim.subscriptions)
+        self._wishes = _Bounded(lim.subscriptions, on_drop=self._unindex)
+        self._wishes_of: dict[str, dict[str, _Wish]] = {}  # subscriber -> its subscriptions' wishes
+        self._wish_cache: dict[str, dict[str, Any]] = {}
         self._recent_alerts: deque[dict[str, Any]] = deque(maxlen=lim.alerts)
         self._broker_reports = _Bounded(lim.elements)
         self._broker_samples = _Bounded(lim.elements)
@@ -254,7 +320,7 @@ class DashboardState:
         if key is None:
             return
         if schema == "Subscription":
-            self._wishes.pop(key, None)
+            self._forget(key)
         elif schema == "TopologyElement":
             self._topology.pop(key, None)
 
@@ -264,28 +330,27 @@ class DashboardState:
             return
         sid = str(r["id"])
         sub: _Subscriber = self._subscribers.touch(
-            sid, lambda: _Subscriber(deque(maxlen=self.limits.history), deque(maxlen=self.limits.alerts))
+            sid, lambda: _Subscriber(_Series(self.limits.history), deque(maxlen=self.limits.alerts))
         )
-        point = {
-            "t": int(r.get("window_end") or 0),
+        t = int(r.get("window_end") or 0)
+        point: dict[str, Any] = {
+            "t": t,
             "predicted": _num(r.get("reliability")),
             "low": _num(r.get("reliability_low")),
             "high": _num(r.get("reliability_high")),
             "measured": _num(r.get("measured_reliability")),
-            "mean_delay_ms": _num(r.get("mean_delay_ms")),
-            "p95_delay_ms": _num(r.get("p95_delay_ms")),
-            "measured_p95_delay_ms": _num(r.get("measured_p95_delay_ms")),
         }
-        if sub.history and sub.history[-1]["t"] > point["t"]:
-            # a report out of window order (a replay, another partition): keep the series sorted
-            items = sorted([*sub.history, point], key=lambda p: p["t"])[-self.limits.history :]
-            sub.history.clear()
-            sub.history.extend(items)
-        else:
-            sub.history.append(point)
-        newest = sub.history[-1]["t"] == point["t"]
+        newest = sub.history.last_t() is None or t >= (sub.history.last_t() or 0)
+        sub.history.add(tuple(point[name] for name in _SERIES))
         if newest:
-            sub.latest = {**point, "model": r.get("model"), "warnings": list(r.get("warnings") or [])}
+            sub.latest = {
+                **point,
+                "mean_delay_ms": _num(r.get("mean_delay_ms")),
+                "p95_delay_ms": _num(r.get("p95_delay_ms")),
+                "measured_p95_delay_ms": _num(r.get("measured_p95_delay_ms")),
+                "model": r.get("model"),
+                "warnings": list(r.get("warnings") or []),
+            }
         sub.reports += 1
         alert = r.get("alert")
         if alert is not None:
@@ -301,7 +366,7 @@ class DashboardState:
                         "delay_ms": _num(c.get("delay_ms")),
                         "share": _num(c.get("share")),
                     }
-                    for c in alert.get("contributors") or []
+                    for c in (alert.get("contributors") or [])[:_SHOWN_CONTRIBUTORS]
                 ],
             }
             sub.alerts.append(shown)
@@ -312,7 +377,7 @@ class DashboardState:
             sub.alert = None
 
     def _on_broker_report(self, r: dict[str, Any]) -> None:
-        entry = self._broker_reports.touch(str(r["id"]), lambda: deque(maxlen=self.limits.history))
+        entry = self._broker_reports.touch(str(r["id"]), lambda: deque(maxlen=_BROKER_HISTORY))
         entry.append(
             {
                 "t": int(r.get("window_end") or 0),
@@ -325,12 +390,26 @@ class DashboardState:
 
     def _on_Subscription(self, r: dict[str, Any]) -> None:
         sid = str(r["subscription_id"])
+        self._forget(sid)
         if r.get("type") == "unsubscribe" or not r.get("subscriber_id"):
-            self._wishes.pop(sid, None)
             return
         wish = _Wish(str(r["subscriber_id"]), _num(r.get("min_reliability")), _num(r.get("deadline_ms")))
         self._wishes.touch(sid, lambda: wish)
-        self._wishes[sid] = wish
+        self._wishes_of.setdefault(wish.subscriber_id, {})[sid] = wish
+        self._wish_cache.pop(wish.subscriber_id, None)
+
+    def _forget(self, sid: str) -> None:
+        old = self._wishes.pop(sid, None)
+        if old is not None:
+            self._unindex(sid, old)
+
+    def _unindex(self, sid: str, wish: _Wish) -> None:
+        self._wish_cache.pop(wish.subscriber_id, None)
+        mine = self._wishes_of.get(wish.subscriber_id)
+        if mine is not None:
+            mine.pop(sid, None)
+            if not mine:
+                del self._wishes_of[wish.subscriber_id]
 
     def _on_BrokerSample(self, r: dict[str, Any]) -> None:
         entry = self._broker_samples.touch(
@@ -464,25 +543,24 @@ class DashboardState:
     def wish_of(self, subscriber: str) -> dict[str, Any]:
         """The subscriber's wish and subscriptions: the largest ``min_reliability`` and the
         smallest ``deadline_ms`` over its subscriptions (None when none says)."""
-        mine = [(sid, w) for sid, w in self._wishes.items() if w.subscriber_id == subscriber]
-        return self._wish([w for _sid, w in mine], [sid for sid, _w in mine])
-
-    @staticmethod
-    def _wish(wishes: list[_Wish], subscriptions: list[str]) -> dict[str, Any]:
+        mine = self._wishes_of.get(subscriber, {})
         return {
-            "min_reliability": max((w.min_reliability for w in wishes if w.min_reliability is not None), default=None),
-            "deadline_ms": min((w.deadline_ms for w in wishes if w.deadline_ms is not None), default=None),
-            "subscriptions": sorted(subscriptions)[:_SHOWN_SUBSCRIPTIONS],
-            "subscription_count": len(subscriptions),
+            "min_reliability": max(
+                (w.min_reliability for w in mine.values() if w.min_reliability is not None), default=None
+            ),
+            "deadline_ms": min((w.deadline_ms for w in mine.values() if w.deadline_ms is not None), default=None),
+            "subscriptions": sorted(mine)[:_SHOWN_SUBSCRIPTIONS],
+            "subscription_count": len(mine),
         }
 
-    def _wishes_by_subscriber(self) -> dict[str, tuple[list[_Wish], list[str]]]:
-        out: dict[str, tuple[list[_Wish], list[str]]] = {}
-        for sid, w in self._wishes.items():
-            wishes, subs = out.setdefault(w.subscriber_id, ([], []))
-            wishes.append(w)
-            subs.append(sid)
-        return out
+    def _wish_summary(self, subscriber: str) -> dict[str, Any]:
+        """:meth:`wish_of` without the ids, cached until the subscriber's subscriptions change."""
+        cached = self._wish_cache.get(subscriber)
+        if cached is None:
+            cached = self.wish_of(subscriber)
+            del cached["subscriptions"]  # the page searches through /api/search; the count is enough here
+            self._wish_cache[subscriber] = cached
+        return cached
 
     def open_alerts(self) -> Counter[str]:
         """Subscribers whose latest report carries an alert, by severity."""
@@ -510,7 +588,7 @@ class DashboardState:
         return {
             "id": subscriber,
             "wish": self.wish_of(subscriber),
-            "history": list(sub.history),
+            "history": sub.history.points(),
             "alerts": list(sub.alerts),
             "alert": sub.alert,
             "latest": sub.latest,
@@ -519,19 +597,19 @@ class DashboardState:
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the page draws, as JSON-ready data (see the module docstring)."""
-        by_subscriber = self._wishes_by_subscriber()
         subscribers = []
         for sid, sub in self._subscribers.items():
-            wishes, subs = by_subscriber.get(sid, ([], []))
+            alert = sub.alert
             subscribers.append(
                 {
                     "id": sid,
                     **{k: sub.latest.get(k) for k in ("t", "predicted", "low", "high", "measured")},
                     "p95_delay_ms": sub.latest.get("p95_delay_ms"),
-                    "wish": self._wish(wishes, subs),
-                    "alert": sub.alert,
+                    "wish": self._wish_summary(sid),
+                    # the row's alert; its contributors are in the subscriber's detail and the recent alerts
+                    "alert": None if alert is None else {k: alert[k] for k in ("t", "severity", "message")},
                     "reports": sub.reports,
-                    "recent": [[p["t"], _round(p["predicted"]), _round(p["measured"])] for p in _last(sub.history, 20)],
+                    "recent": sub.history.trend(_TREND_POINTS),
                 }
             )
         subscribers.sort(key=lambda s: s["id"])
@@ -595,7 +673,7 @@ class DashboardState:
                     "warnings": last.get("warnings", []),
                     "sampled_wait_ms": samples["wait"].mean() if samples else None,
                     "sampled_service_ms": samples["service"].mean() if samples else None,
-                    "samples": len(samples["wait"].ring) if samples else 0,
+                    "samples": len(samples["wait"]) if samples else 0,
                     "rho_history": [[p["t"], p["rho"]] for p in list(reports or [])[-60:]],
                 }
             )
@@ -612,7 +690,7 @@ class DashboardState:
                     "to": dst,
                     "loss": ring.share_none(),
                     "mean_delay_ms": ring.mean(),
-                    "samples": len(ring.ring),
+                    "samples": len(ring),
                 }
             )
         return out
@@ -649,10 +727,9 @@ class DashboardState:
         }
 
     def subscribers_matching(self, text: str) -> Iterable[str]:
-        """Subscribers whose id, or one of whose subscriptions' ids, contains ``text``."""
+        """Subscribers with a report whose id, or one of whose subscriptions' ids, contains
+        ``text`` (any case)."""
         text = text.lower()
-        by_subscriber = self._wishes_by_subscriber()
         for sid in self._subscribers:
-            subs = by_subscriber.get(sid, ([], []))[1]
-            if text in sid.lower() or any(text in s.lower() for s in subs):
+            if text in sid.lower() or any(text in s.lower() for s in self._wishes_of.get(sid, ())):
                 yield sid

@@ -4,7 +4,7 @@
 "use strict";
 
 const MAX_ROWS = 200; // table rows drawn at once: sort or search to reach the others
-const state = { snap: null, selected: null, sort: { key: "alert", dir: -1 }, search: "", charts: {} };
+const state = { snap: null, found: null, selected: null, sort: { key: "alert", dir: -1 }, search: "", charts: {} };
 
 // ---- small helpers ------------------------------------------------------------------------------
 
@@ -115,10 +115,9 @@ function sortValue(s, key) {
 }
 
 function drawSubscribers(snap) {
-  const q = state.search.trim().toLowerCase();
-  let rows = snap.subscribers.filter(
-    (s) => !q || s.id.toLowerCase().includes(q) || s.wish.subscriptions.some((x) => x.toLowerCase().includes(q))
-  );
+  // a search keeps the subscribers the server found for it (by subscriber or subscription id)
+  const found = state.search.trim() && state.found ? new Set(state.found) : null;
+  let rows = found ? snap.subscribers.filter((s) => found.has(s.id)) : snap.subscribers;
   const { key, dir } = state.sort;
   const byId = (a, b) => a.id.localeCompare(b.id, undefined, { numeric: true }); // s2 before s10
   rows = rows.slice().sort((a, b) => {
@@ -153,7 +152,7 @@ function drawSubscribers(snap) {
         el("td", { class: below(s.predicted) + " predicted" }, fmt(s.predicted)),
         el("td", { class: "num" }, s.low === null ? "n/a" : `${fmt(s.low)} – ${fmt(s.high)}`),
         el("td", { class: below(s.measured) + " measured" }, fmt(s.measured)),
-        el("td", { title: s.wish.subscriptions.join(", ") }, wish + subs),
+        el("td", {}, wish + subs),
         el("td", {}, sparkline(s.recent, minRel)),
         el("td", {}, alert)
       );
@@ -433,6 +432,7 @@ function drawHeader(snap) {
 
 function draw(snap) {
   state.snap = snap;
+  if (state.search.trim()) search(); // new subscribers may match the search
   for (const [name, fn] of [["header", drawHeader], ["subscribers", drawSubscribers], ["alerts", drawAlerts],
     ["jobs", drawJobs], ["overlay", drawOverlay], ["channels", drawChannels], ["composites", drawComposites],
     ["routes", drawRoutes], ["deadletters", drawDeadLetters]]) {
@@ -491,8 +491,21 @@ document.querySelectorAll("#subscribers th[data-sort]").forEach((th) => {
     if (state.snap) drawSubscribers(state.snap);
   });
 });
+async function search() {
+  const q = state.search.trim();
+  if (!q) {
+    state.found = null;
+  } else {
+    try {
+      const r = await fetch("/api/search?q=" + encodeURIComponent(q));
+      if (!r.ok || q !== state.search.trim()) return; // a newer query is on its way
+      state.found = (await r.json()).subscribers;
+    } catch (e) { return; }
+  }
+  if (state.snap) drawSubscribers(state.snap);
+}
 $("#search").addEventListener("input", (ev) => {
   state.search = ev.target.value;
-  if (state.snap) drawSubscribers(state.snap);
+  search();
 });
 connect();

@@ -60,7 +60,9 @@ def test_history_is_sorted_and_bounded_and_the_latest_report_decides_the_alert()
     assert detail["alerts"][0]["message"] == ALERT["message"]
     s.apply("QosReport", report("s1", 50, alert=ALERT))
     assert s.open_alerts() == {"critical": 1}
-    assert s.snapshot()["subscribers"][0]["alert"]["contributors"][0]["element"] == "b2"
+    assert s.snapshot()["subscribers"][0]["alert"] == {"t": 50, "severity": "critical", "message": ALERT["message"]}
+    assert s.subscriber("s1")["alert"]["contributors"][0]["element"] == "b2"  # type: ignore[index]
+    assert s.snapshot()["subscribers"][0]["recent"][-2:] == [[40, 0.9, 0.8], [50, 0.9, 0.8]]
     s.apply("QosReport", report("s1", 60))
     assert s.open_alerts() == {}
     assert s.snapshot()["alerts"]["recent"][0]["t"] == 50  # newest first

@@ -39,6 +39,9 @@ class FakeDashboard:
     def snapshot(self) -> dict[str, Any]:
         return {"version": self.version, "subscribers": [{"id": "s1"}]}
 
+    def search(self, text: str) -> list[str]:
+        return ["s1"] if text in "s1" else []
+
     def subscriber(self, sid: str) -> dict[str, Any] | None:
         return {"id": sid, "history": []} if sid == "s1" else None
 
@@ -77,6 +80,8 @@ def test_routes(served: tuple[str, FakeDashboard]) -> None:
     assert json.loads(get(url + "api/state")[2])["subscribers"] == [{"id": "s1"}]
     assert json.loads(get(url + "api/subscriber?id=s1")[2])["id"] == "s1"
     assert get(url + "api/subscriber?id=nobody")[0] == 404
+    assert json.loads(get(url + "api/search?q=1")[2]) == {"subscribers": ["s1"]}
+    assert json.loads(get(url + "api/search?q=x")[2]) == {"subscribers": []}
     assert get(url + "healthz")[:1] == (503,)
     dashboard.version = 2
     assert get(url + "healthz")[0::2] == (200, b"ok\n")
