@@ -40,7 +40,7 @@ class Dashboard:
     topic_prefix : str
         The deployment's topic prefix.
     limits : Limits, optional
-        How much state is kept (the defaults bound it to about 155 MB: docs/guide/dashboard.md).
+        How much state is kept (docs/guide/dashboard.md says what the defaults keep).
     job_poll_s : float
         How often the jobs' metrics are read back from the registry for the page.
 
