@@ -194,6 +194,35 @@ def test_a_subscriber_receives_exactly_its_matching_events(kafka_conn: KafkaConn
     assert all(r.value and r.value["subscriber_id"] == "u1" and r.value["received_at"] > 0 for r in receipts)
 
 
+def test_a_channel_events_record_is_matched_as_columns_like_single_events(
+    kafka_conn: KafkaConnection, topic_prefix: str
+) -> None:
+    """A ChannelEvents record (what the delivery stage writes) yields and counts exactly what the
+    same events written one by one do; a value in it that is not an Event is counted undecodable."""
+    stage = DeliveryStage(kafka_conn, topic_prefix, k=2)
+    events = [
+        event(1, symbol="IBM", price=100.5),
+        event(2, symbol="IBM", price=130),
+        event(3, symbol="HP", price=99),
+        event(4, symbol="IBM", price=119),
+        event(5, symbol="IBM", price=120.0, volume=7),
+        event(6, symbol="IBM", price=3, note="x"),
+    ]
+    batch = codec_for("ChannelEvents").encode(
+        {"events": [EVENT.encode(e) for e in events[:3]] + [b"not an event"] + [EVENT.encode(e) for e in events[3:]]}
+    )
+    with Subscriber(conn=kafka_conn, topic_prefix=topic_prefix, subscriber_id="u1") as client:
+        sub = client.subscribe(IBM, subscription_id="s1")
+        stage.raw(LOBBY, "e1", batch)
+        for e in events:  # the same events again, one record each: duplicates of the yielded ones
+            stage.raw(LOBBY, e["event_id"], EVENT.encode(e))
+        got = collect(sub, 3)
+        assert got == [events[0], events[3], events[5]]
+        assert drain(sub) == []
+        c = sub.counters
+        assert (c.received, c.yielded, c.dropped_by_filter, c.undecodable, c.duplicates) == (12, 3, 6, 1, 3)
+
+
 def test_a_subscriber_moved_mid_stream_receives_every_event_once(
     kafka_conn: KafkaConnection, topic_prefix: str
 ) -> None:
