@@ -221,10 +221,17 @@ def job_offsets(consumer: Any, topics: Sequence[str]) -> dict[str, dict[int, int
 class Supervisor:
     """Starts the jobs, feeds the metrics from their progress, restarts failed ones (module docstring)."""
 
-    def __init__(self, spark: SparkSession, cfg: ServeConfig, metrics: JobMetrics) -> None:
+    def __init__(
+        self,
+        spark: SparkSession | None,
+        cfg: ServeConfig,
+        metrics: JobMetrics,
+        starter: Callable[[Any, ServeConfig, str], JobRun] | None = None,
+    ) -> None:
         from confluent_kafka import Consumer
 
         self.spark, self.cfg, self.metrics = spark, cfg, metrics
+        self.starter = starter or _start_job
         self.runs: dict[str, JobRun] = {}
         self.failures: dict[str, int] = {}
         self.retry_at: dict[str, float] = {}
@@ -239,7 +246,7 @@ class Supervisor:
 
     def start(self, job: str) -> None:
         started = time.monotonic()
-        self.runs[job] = _start_job(self.spark, self.cfg, job)
+        self.runs[job] = self.starter(self.spark, self.cfg, job)
         self.metrics.set_up(job, True)
         _log(f"{job}: {len(self.runs[job].queries)} queries started in {time.monotonic() - started:.1f} s")
 
@@ -264,6 +271,14 @@ class Supervisor:
     def check(self) -> None:
         """One round: failed jobs, due restarts, metrics."""
         now = time.monotonic()
+        self.reap(now)
+        self.restart_due(now)
+        for run in self.runs.values():
+            self._observe(run)
+        self._lag()
+
+    def reap(self, now: float) -> None:
+        """Stop every job with a query that is no longer active and schedule its restart."""
         for job, run in list(self.runs.items()):
             failed = [(n, q) for n, q in run.queries.items() if not q.isActive]
             if not failed:
@@ -284,6 +299,9 @@ class Supervisor:
                 + ("stopped" if reason is None else f"failed: {_first_line(reason)}")
                 + f"; restart {self.failures[job]} in {wait:.0f} s"
             )
+
+    def restart_due(self, now: float) -> None:
+        """Start every job whose restart is due; one that fails to start waits its next backoff."""
         for job, due in list(self.retry_at.items()):
             if now >= due:
                 del self.retry_at[job]
@@ -293,11 +311,8 @@ class Supervisor:
                 except Exception as exc:
                     self.failures[job] = self.failures.get(job, 0) + 1
                     wait = self.cfg.backoff.delay(self.failures[job])
-                    self.retry_at[job] = time.monotonic() + wait
+                    self.retry_at[job] = now + wait
                     _log(f"{job}: restart failed: {_first_line(exc)}; next try in {wait:.0f} s")
-        for run in self.runs.values():
-            self._observe(run)
-        self._lag()
 
     def _observe(self, run: JobRun) -> None:
         for name, query in run.queries.items():

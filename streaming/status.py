@@ -9,9 +9,9 @@ A query's committed progress is its latest batch ``n`` in ``commits/`` and that 
 offsets in ``offsets/n`` (Spark writes ``offsets/n`` before batch ``n`` runs and ``commits/n``
 after its output is written, so these offsets are fully processed). A job's lag is the sum over
 its queries of :func:`streaming.metrics.lag_records` against the topics' end offsets now; a
-validation query that never committed counts its whole topic. A job is *unhealthy* when no query
-of it committed a batch, or when its lag exceeds ``max_lag``: then the command exits
-:data:`EXIT_UNHEALTHY` (3), so that it serves as a health check.
+query that never committed counts every record of its input topics (:data:`JOB_INPUTS`). A job
+is *unhealthy* when no query of it committed a batch, or when its lag exceeds ``max_lag``: then
+the command exits :data:`EXIT_UNHEALTHY` (3), so that it serves as a health check.
 
 >>> jobs = [JobStatus("matching", 1, 1, 7, 1_700_000_000_000, 12), JobStatus("qos", 1, 0, None, None, 0)]
 >>> [problem(j, max_lag=10) for j in jobs]
@@ -30,7 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from infra.connection import KafkaConnection
-from schemas.topics import INPUT_TOPICS, QOS_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS, channel_topic
+from schemas.topics import (
+    BROKER_TELEMETRY_TOPIC,
+    CHANNELS_TOPIC,
+    EVENTS_TOPIC,
+    INPUT_TOPICS,
+    LINK_TELEMETRY_TOPIC,
+    MATCHES_TOPIC,
+    QOS_TOPIC,
+    RECEIPTS_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    TOPICS,
+    TOPOLOGY_TOPIC,
+    channel_topic,
+)
 from streaming.metrics import lag_records
 
 __all__ = [
@@ -38,7 +51,9 @@ __all__ = [
     "EXIT_HEALTHY",
     "EXIT_UNHEALTHY",
     "JOBS",
+    "JOB_INPUTS",
     "JobStatus",
+    "QueryCheckpoint",
     "QueryProgress",
     "collect",
     "exit_code",
@@ -51,6 +66,24 @@ __all__ = [
 
 JOBS = ("validation", "matching", "channels", "qos", "routes", "composites")
 """Every job ``siftstream serve`` runs, in the order it starts them."""
+
+JOB_INPUTS: dict[str, tuple[str, ...]] = {
+    "validation": tuple(t.name for t in INPUT_TOPICS),
+    "matching": (EVENTS_TOPIC, SUBSCRIPTIONS_TOPIC, CHANNELS_TOPIC),
+    "channels": (SUBSCRIPTIONS_TOPIC, MATCHES_TOPIC),
+    "qos": (
+        TOPOLOGY_TOPIC,
+        SUBSCRIPTIONS_TOPIC,
+        EVENTS_TOPIC,
+        LINK_TELEMETRY_TOPIC,
+        BROKER_TELEMETRY_TOPIC,
+        RECEIPTS_TOPIC,
+    ),
+    "routes": (TOPOLOGY_TOPIC, SUBSCRIPTIONS_TOPIC, MATCHES_TOPIC, LINK_TELEMETRY_TOPIC),
+    "composites": (TOPOLOGY_TOPIC, SUBSCRIPTIONS_TOPIC, EVENTS_TOPIC, LINK_TELEMETRY_TOPIC),
+}
+"""Each job's input topics (unprefixed), as its module's source subscribes to them: what a query
+that has not committed a batch yet is behind by."""
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 3
@@ -106,16 +139,26 @@ def read_checkpoint(query_dir: Path) -> QueryProgress | None:
     return QueryProgress(query_dir, batch, offsets, None if stamp is None else int(stamp))
 
 
-def query_dirs(checkpoint_dir: Path, topic_prefix: str) -> dict[str, dict[str, Path]]:
-    """Each job's query checkpoints, query name -> folder: the validation job's one per input topic
-    (named by the prefixed topic), every other job's ``query``."""
-    out: dict[str, dict[str, Path]] = {}
+@dataclass(frozen=True)
+class QueryCheckpoint:
+    """Where one query keeps its checkpoint and which (prefixed) topics it reads."""
+
+    folder: Path
+    topics: tuple[str, ...]
+
+
+def query_dirs(checkpoint_dir: Path, topic_prefix: str) -> dict[str, dict[str, QueryCheckpoint]]:
+    """Each job's queries, name -> checkpoint: the validation job's one per input topic (named by
+    the prefixed topic), every other job's ``query`` over its :data:`JOB_INPUTS`."""
+    out: dict[str, dict[str, QueryCheckpoint]] = {}
     for job in JOBS:
         root = checkpoint_dir / f"{job}{topic_prefix}"
         if job == "validation":
-            out[job] = {topic_prefix + t.name: root / t.name for t in INPUT_TOPICS}
+            out[job] = {
+                topic_prefix + t.name: QueryCheckpoint(root / t.name, (topic_prefix + t.name,)) for t in INPUT_TOPICS
+            }
         else:
-            out[job] = {"query": root / "query"}
+            out[job] = {"query": QueryCheckpoint(root / "query", tuple(topic_prefix + t for t in JOB_INPUTS[job]))}
     return out
 
 
@@ -131,24 +174,21 @@ class JobStatus:
     lag_records: int
 
 
-def job_status(job: str, dirs: Mapping[str, Path], ends: Mapping[str, Mapping[int, int]]) -> JobStatus:
-    """The job's status from its query checkpoints ``dirs`` and the topics' end offsets ``ends``.
-
-    For the validation job, a query name is its topic: one that never committed lags by the topic.
-    """
+def job_status(job: str, queries: Mapping[str, QueryCheckpoint], ends: Mapping[str, Mapping[int, int]]) -> JobStatus:
+    """The job's status from its queries' checkpoints and the topics' end offsets ``ends``: a query
+    that never committed a batch is behind by everything in its topics."""
     lag, committed, batch, last = 0, 0, None, None
-    for name, folder in dirs.items():
-        progress = read_checkpoint(folder)
+    for query in queries.values():
+        progress = read_checkpoint(query.folder)
         if progress is None:
-            if job == "validation" and name in ends:
-                lag += sum(ends[name].values())
+            lag += sum(sum(ends.get(t, {}).values()) for t in query.topics)
             continue
         committed += 1
         lag += lag_records(progress.offsets, ends)
         batch = progress.batch_id if batch is None else max(batch, progress.batch_id)
         if progress.batch_ms is not None:
             last = progress.batch_ms if last is None else max(last, progress.batch_ms)
-    return JobStatus(job, len(dirs), committed, batch, last, lag)
+    return JobStatus(job, len(queries), committed, batch, last, lag)
 
 
 def problem(status: JobStatus, max_lag: int) -> str | None:

@@ -4,17 +4,20 @@ a Spark checkpoint, and the job metrics fed from progress documents (no broker, 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 
+from infra.connection import KafkaConnection
 from streaming.metrics import JobMetrics, committed_offsets, lag_records
-from streaming.serve import Backoff
+from streaming.serve import Backoff, JobRun, ServeConfig, Supervisor
 from streaming.status import (
     EXIT_HEALTHY,
     EXIT_UNHEALTHY,
+    JOB_INPUTS,
     JOBS,
     JobStatus,
     exit_code,
@@ -58,14 +61,22 @@ def test_read_checkpoint_takes_the_latest_committed_batch(tmp_path: Path) -> Non
 def test_job_status_sums_lag_over_queries_and_counts_an_uncommitted_validation_topic(tmp_path: Path) -> None:
     dirs = query_dirs(tmp_path, "p.")
     assert list(dirs) == list(JOBS)
-    assert dirs["matching"] == {"query": tmp_path / "matchingp." / "query"}
+    assert dirs["matching"]["query"].folder == tmp_path / "matchingp." / "query"
     events, subs = list(dirs["validation"].items())[:2]
-    write_checkpoint(events[1], {0: {events[0]: {"0": 10, "1": 10}}}, [0])
+    write_checkpoint(events[1].folder, {0: {events[0]: {"0": 10, "1": 10}}}, [0])
     ends = {events[0]: {0: 15, 1: 10}, subs[0]: {0: 3, 1: 4}}
     status = job_status("validation", dirs["validation"], ends)
     assert (status.queries, status.committed, status.batch_id) == (6, 1, 0)
     assert status.lag_records == 5 + 7  # 5 behind on events; the subscriptions query never committed
-    assert job_status("qos", dirs["qos"], ends).committed == 0
+    qos = job_status("qos", dirs["qos"], ends)
+    assert (qos.committed, qos.lag_records) == (0, 25 + 7)  # no batch yet: behind by all of its inputs
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j not in ("validation", "matching")])
+def test_job_inputs_are_what_each_job_reads(job: str) -> None:
+    import importlib
+
+    assert JOB_INPUTS[job] == importlib.import_module(f"streaming.{job}_job").INPUTS
 
 
 def test_health_verdicts_and_exit_code() -> None:
@@ -144,3 +155,57 @@ def test_job_metrics_count_each_batch_once_and_skip_idle_reports() -> None:
 def test_lag_ignores_topics_and_partitions_past_their_end() -> None:
     assert lag_records({"t": {0: 10}}, {"t": {0: 8}}) == 0  # a compacted or recreated topic: never negative
     assert lag_records({}, {"t": {0: 8}}) == 0
+
+
+class StandInQuery:
+    """What the supervisor reads of a streaming query: activity, its error, status, progress, stop."""
+
+    def __init__(self) -> None:
+        self.isActive = True
+        self.error: Exception | None = None
+        self.status = {"isTriggerActive": False}
+        self.recentProgress: list[dict[str, object]] = []
+
+    def exception(self) -> Exception | None:
+        return self.error
+
+    def stop(self) -> None:
+        self.isActive = False
+
+
+def test_supervisor_restarts_a_failed_job_after_a_growing_backoff(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    starts: list[JobRun] = []
+
+    def starter(spark: object, cfg: ServeConfig, job: str) -> JobRun:
+        starts.append(JobRun(job, {"a": StandInQuery(), "b": StandInQuery()}))
+        return starts[-1]
+
+    cfg = ServeConfig(
+        conn=KafkaConnection("127.0.0.1:9"), checkpoint_dir=tmp_path, stats_dir=tmp_path, jobs=("qos", "routes")
+    )
+    metrics = JobMetrics(CollectorRegistry())
+    supervisor = Supervisor(None, cfg, metrics, starter)
+    try:
+        supervisor.start_all()
+        first = supervisor.runs["qos"]
+        first.queries["a"].isActive, first.queries["a"].error = False, RuntimeError("boom\nthe JVM's trace")
+        t0 = time.monotonic()
+        supervisor.reap(t0)
+        assert "qos" not in supervisor.runs and "routes" in supervisor.runs  # the other job runs on
+        assert not first.queries["b"].isActive  # the job's other queries were stopped with it
+        assert supervisor.retry_at == {"qos": t0 + 2.0}
+        assert "[serve] qos: query a failed: boom; restart 1 in 2 s" in capsys.readouterr().err
+        supervisor.restart_due(t0 + 1.0)
+        assert len(starts) == 2  # not yet
+        supervisor.restart_due(t0 + 2.0)
+        assert len(starts) == 3 and supervisor.runs["qos"] is starts[-1]
+        starts[-1].queries["b"].isActive = False  # stopped without an error: restarted all the same
+        supervisor.reap(t0 + 3.0)
+        assert supervisor.retry_at == {"qos": t0 + 3.0 + 4.0}  # the second failure in a row waits twice as long
+        assert "[serve] qos: query b stopped; restart 2 in 4 s" in capsys.readouterr().err
+        assert metrics.registry.get_sample_value("siftstream_job_restarts_total", {"job": "qos"}) == 1
+        assert metrics.registry.get_sample_value("siftstream_job_up", {"job": "qos"}) == 0
+    finally:
+        supervisor.stop(grace_s=0)
