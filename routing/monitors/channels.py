@@ -98,8 +98,6 @@ from routing.channels import (
     Assignment,
     ChannelUnions,
     Domain,
-    PlanMetrics,
-    plan_metrics,
     recluster,
 )
 from routing.matching.language import Filter, FilterError, parse_filter
@@ -210,6 +208,10 @@ class ChannelMonitor:
         self._row: dict[str, int] = {}  # live subscription id -> its row of _hits
         self._free: list[int] = []
         self._hits: BoolMatrix = np.zeros((64, size), dtype=bool)  # rows x ring columns
+        self._row_channel = np.full(64, -1, dtype=np.int64)  # the channel of each row's subscription, -1: free
+        # per channel and ring column, its subscriptions that matched the column's event: the waste
+        # ratio, the flooding ratio and the join rule's unions follow from it in O(K x sample)
+        self._carried = np.zeros((self.config.k, size), dtype=np.int32)
         self._slot_ids: list[str | None] = [None] * size  # the event in each ring column
         self._slot_of: dict[str, int] = {}
         self._next = 0  # the ring column the next event overwrites
@@ -264,8 +266,7 @@ class ChannelMonitor:
 
     def waste_ratio(self) -> float | None:
         """w of the current assignment over the sample (None while the sample is empty)."""
-        ids, hits = self.sample()
-        return None if not self._filled else _waste(hits, self._labels(ids, self._channel))
+        return self._ratios()[0] if self._filled else None
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -290,7 +291,11 @@ class ChannelMonitor:
         if placing:
             unions = self._unions()
             for sid in placing:
-                self._channel[sid] = unions.place(self._hits[self._row[sid]])
+                row = self._row[sid]
+                c = unions.place(self._hits[row])
+                self._channel[sid] = c
+                self._row_channel[row] = c
+                self._carried[c] += self._hits[row]  # a new row is empty; kept exact all the same
             self.counters["joined"] += len(placing)
 
     def add_matches(
@@ -319,7 +324,7 @@ class ChannelMonitor:
             sids = subscription_id_lists[i]
             rows = [self._row[s] for s in sids if s in self._row]
             self.counters["unknown"] += len(sids) - len(rows)
-            kept.append((event_ids[i], rows))
+            kept.append((event_ids[i], list(dict.fromkeys(rows))))  # an id named twice is one match
         if not kept:
             return
         slots = (self._next + np.arange(len(kept))) % size
@@ -328,6 +333,7 @@ class ChannelMonitor:
             if old is not None:
                 del self._slot_of[old]
         self._hits[:, slots] = False
+        self._carried[:, slots] = 0
         rows_flat: list[int] = []
         cols_flat: list[int] = []
         for (eid, rows), slot in zip(kept, slots.tolist(), strict=True):
@@ -336,6 +342,8 @@ class ChannelMonitor:
             rows_flat += rows
             cols_flat += [slot] * len(rows)
         self._hits[rows_flat, cols_flat] = True
+        if rows_flat:
+            np.add.at(self._carried, (self._row_channel[rows_flat], np.asarray(cols_flat)), 1)
         self._next = int((self._next + len(kept)) % size)
         self._filled = min(size, self._filled + len(kept))
 
@@ -347,15 +355,14 @@ class ChannelMonitor:
             self.decision = "waiting for subscriptions"
             return []
         cfg = self.config
-        ids, hits = self.sample()
-        labels = self._labels(ids, self._channel)
-        w = _waste(hits, labels) if self._filled else None
+        w, share = self._ratios() if self._filled else (None, 0.0)
         self.last_waste_ratio = w
         if self.version == 0:
             detail = ""
-            if len(ids) >= 2 and self._filled:
+            if len(self._subscribers) >= 2 and self._filled:
                 w_join = w
-                labels, used = self._recluster(ids, hits, labels, now_ms)
+                ids, hits = self.sample()
+                labels, used = self._recluster(ids, hits, self._labels(ids, self._channel), now_ms)
                 w = _waste(hits, labels)
                 self._base_ratio = _flooding_share(hits, labels)
                 detail = (
@@ -363,13 +370,12 @@ class ChannelMonitor:
                     f"placements had waste ratio {w_join:.3f})"
                 )
             else:
-                detail = f"{len(ids):,} subscriptions placed by the join rule" + (
+                detail = f"{len(self._subscribers):,} subscriptions placed by the join rule" + (
                     f" over {self._filled:,} events" if self._filled else " before any matched event"
                 )
             self.decision = "initial"
             return [self._version("initial", detail, now_ms)]
-        share = _flooding_share(hits, labels) if self._filled else 0.0
-        if w is not None and len(ids) >= 2 and share > self._base_ratio + cfg.drift:
+        if w is not None and len(self._subscribers) >= 2 and share > self._base_ratio + cfg.drift:
             drifted = (
                 f"false positives at {share:.1%} of flooding's (waste ratio {w:.3f}), more than {cfg.drift:.0%} "
                 f"above the {self._base_ratio:.1%} after the last re-clustering"
@@ -378,6 +384,8 @@ class ChannelMonitor:
                 self.decision = f"{drifted}; waiting for the interval"
             else:
                 base = self._base_ratio
+                ids, hits = self.sample()
+                labels = self._labels(ids, self._channel)
                 candidate, used = self._recluster(ids, hits, labels, now_ms, adopt=False)
                 w_new = _waste(hits, candidate)
                 fp, fp_new = _false_positives(hits, labels), _false_positives(hits, candidate)
@@ -444,6 +452,48 @@ class ChannelMonitor:
     def _adopt(self, ids: tuple[str, ...], labels: Labels, method: str) -> None:
         self._channel = {sid: int(c) for sid, c in zip(ids, labels.tolist(), strict=True)}
         self.method = method
+        self._rebuild_carried()
+
+    def _rebuild_carried(self) -> None:
+        """``_row_channel`` and ``_carried`` from ``_channel`` and the sample, from scratch."""
+        self._row_channel = np.full(len(self._hits), -1, dtype=np.int64)
+        for sid, c in self._channel.items():
+            self._row_channel[self._row[sid]] = c
+        self._carried = np.zeros((self.config.k, self.config.sample_events), dtype=np.int32)
+        rows, cols = np.nonzero(self._hits)
+        placed = self._row_channel[rows] >= 0
+        np.add.at(self._carried, (self._row_channel[rows[placed]], cols[placed]), 1)
+
+    def _summary(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int, int]:
+        """Per channel its subscriptions |S_c| and deliveries |S_c| |U_c| over the sample, the
+        matches T and flooding's false positives N |∪_s M(s)| − T: the numbers of
+        :func:`routing.channels.plan_metrics` for the current assignment, from ``_carried``."""
+        k = self.config.k
+        placed = self._row_channel[self._row_channel >= 0]
+        sizes = np.bincount(placed, minlength=k).astype(np.int64)
+        deliveries = sizes * (self._carried > 0).sum(axis=1)
+        matches = int(self._carried.sum())
+        matched_events = int((self._carried.sum(axis=0) > 0).sum())
+        return sizes, deliveries, matches, len(self._subscribers) * matched_events - matches
+
+    def _waste_of(self, channel_of: Mapping[str, int]) -> float:
+        """w of another assignment of the live subscriptions over the same sample."""
+        row_channel = np.full(len(self._hits), -1, dtype=np.int64)
+        for sid, c in channel_of.items():
+            row_channel[self._row[sid]] = c
+        sizes = np.bincount(row_channel[row_channel >= 0], minlength=self.config.k)
+        rows, cols = np.nonzero(self._hits)
+        carried = np.zeros((self.config.k, self.config.sample_events), dtype=bool)
+        carried[row_channel[rows], cols] = True
+        d = int((sizes * carried.sum(axis=1)).sum())
+        return (d - len(rows)) / d if d else 0.0
+
+    def _ratios(self) -> tuple[float, float]:
+        """The waste ratio w = FP / D and FP as a share of flooding's, from :meth:`_summary`."""
+        _, deliveries, matches, flooding_fp = self._summary()
+        d = int(deliveries.sum())
+        fp = d - matches
+        return (fp / d if d else 0.0), (fp / flooding_fp if flooding_fp else 0.0)
 
     def _membership_version(self, now_ms: float) -> dict[str, Any]:
         joined = sorted(s for s in self._channel if s not in self._versioned)
@@ -465,21 +515,22 @@ class ChannelMonitor:
     def _version(self, reason: str, detail: str, now_ms: float) -> dict[str, Any]:
         """The planned record of the current assignment as the next version."""
         cfg = self.config
-        ids, hits = self.sample()
+        ids = tuple(sorted(self._subscribers))
         labels = self._labels(ids, self._channel)
         sampled = self._filled > 0
-        metrics = plan_metrics(hits, labels) if ids else None
+        sizes, deliveries, matches, flooding_fp = self._summary()
         waste = flooding = previous = None
         if sampled:
-            waste = metrics.waste_ratio if metrics else 0.0
-            flooding = _flooding_waste(metrics)
+            d = int(deliveries.sum())
+            waste = (d - matches) / d if d else 0.0
+            flooding = flooding_fp / (flooding_fp + matches) if flooding_fp + matches else 0.0
             if self.version:
                 prev = self.assignment()
-                previous = _waste(hits, np.array([prev.channel(s) for s in ids], dtype=np.int64))
-        per_channel: dict[int, tuple[int, int]] = {}
-        if metrics is not None:
-            for c, (_, _, d, fp) in zip(np.unique(labels).tolist(), metrics.channels, strict=True):
-                per_channel[c] = (d, fp)
+                previous = self._waste_of({s: prev.channel(s) for s in ids})
+        per_channel = {
+            c: (int(deliveries[c]), int(deliveries[c]) - int(self._carried[c].sum()))
+            for c in np.flatnonzero(sizes).tolist()
+        }
         members: dict[int, list[str]] = {c: [] for c in range(cfg.k)}
         for sid, c in zip(ids, labels.tolist(), strict=True):
             members[c].append(sid)
@@ -529,12 +580,10 @@ class ChannelMonitor:
     def _unions(self) -> ChannelUnions:
         """What each channel carries over the sample now (ring columns, in any order)."""
         unions = ChannelUnions(self.config.k, self.config.sample_events)
-        by_channel: dict[int, list[int]] = {}
-        for sid, c in self._channel.items():
-            by_channel.setdefault(c, []).append(self._row[sid])
-        for c, rows in by_channel.items():
-            unions.carried[c] = self._hits[rows].any(axis=0)
-            unions.size[c] = len(rows)
+        sizes = self._summary()[0]
+        for c in np.flatnonzero(sizes).tolist():
+            unions.carried[c] = self._carried[c] > 0
+            unions.size[c] = int(sizes[c])
         return unions
 
     def _take_row(self) -> int:
@@ -545,6 +594,7 @@ class ChannelMonitor:
             grown = np.zeros((2 * len(self._hits), self.config.sample_events), dtype=bool)
             grown[: len(self._hits)] = self._hits
             self._hits = grown
+            self._row_channel = np.concatenate([self._row_channel, np.full(len(grown) - row, -1, dtype=np.int64)])
         return row
 
     def _remove(self, sid: str) -> None:
@@ -554,6 +604,10 @@ class ChannelMonitor:
         self._filters.pop(sid, None)
         self._channel.pop(sid, None)
         row = self._row.pop(sid)
+        c = int(self._row_channel[row])
+        if c >= 0:
+            self._carried[c] -= self._hits[row]
+        self._row_channel[row] = -1
         self._hits[row] = False
         self._free.append(row)
 
@@ -606,12 +660,34 @@ class ChannelMonitor:
         mon._base_ratio, mon._last_attempt_ms = meta["base_ratio"], meta["last_attempt_ms"]
         mon.counters, mon.decision = meta["counters"], meta["decision"]
         mon.last_waste_ratio = meta["last_waste_ratio"]
+        mon._rebuild_carried()
         return mon
+
+
+def _counts(hits: BoolMatrix, labels: Labels) -> tuple[int, int, int]:
+    """Deliveries D, matches T and flooding's false positives N |∪_s M(s)| − T of ``labels`` over
+    ``hits``: those numbers of :func:`routing.channels.plan_metrics` without the rest of its work
+    (one pass over the matches, not one per channel).
+
+    >>> hits = np.array([[1, 0, 0], [0, 1, 0], [0, 1, 0]], dtype=bool)
+    >>> _counts(hits, np.array([0, 0, 1]))
+    (5, 3, 3)
+    """
+    if not len(labels):
+        return 0, 0, 0
+    labels = np.asarray(labels, dtype=np.int64)
+    rows, cols = np.nonzero(hits)
+    carried = np.zeros((int(labels.max()) + 1, hits.shape[1]), dtype=bool)
+    carried[labels[rows], cols] = True
+    d = int((np.bincount(labels, minlength=len(carried)) * carried.sum(axis=1)).sum())
+    t = len(rows)
+    return d, t, len(labels) * int(carried.any(axis=0).sum()) - t
 
 
 def _false_positives(hits: BoolMatrix, labels: Labels) -> int:
     """FP of ``labels`` over ``hits``."""
-    return plan_metrics(hits, labels).false_positives if len(labels) else 0
+    d, t, _ = _counts(hits, labels)
+    return d - t
 
 
 def _flooding_share(hits: BoolMatrix, labels: Labels) -> float:
@@ -621,23 +697,14 @@ def _flooding_share(hits: BoolMatrix, labels: Labels) -> float:
     >>> _flooding_share(hits, np.array([0, 1])), _flooding_share(hits, np.array([0, 0]))
     (0.0, 1.0)
     """
-    if not len(labels):
-        return 0.0
-    m = plan_metrics(hits, labels)
-    return m.false_positives / m.flooding_false_positives if m.flooding_false_positives else 0.0
+    d, t, flooding_fp = _counts(hits, labels)
+    return (d - t) / flooding_fp if flooding_fp else 0.0
 
 
 def _waste(hits: BoolMatrix, labels: Labels) -> float:
     """w = FP / D of ``labels`` over ``hits`` (0 without subscriptions)."""
-    return plan_metrics(hits, labels).waste_ratio if len(labels) else 0.0
-
-
-def _flooding_waste(metrics: PlanMetrics | None) -> float:
-    """The waste ratio of one channel for everyone, from the plan-independent flooding FP."""
-    if metrics is None:
-        return 0.0
-    deliveries = metrics.flooding_false_positives + metrics.matches
-    return metrics.flooding_false_positives / deliveries if deliveries else 0.0
+    d, t, _ = _counts(hits, labels)
+    return (d - t) / d if d else 0.0
 
 
 def _align(found: Labels, current: Labels, k: int) -> Labels:

@@ -241,6 +241,17 @@ def test_sample_ring_keeps_the_last_events_once() -> None:
         assert np.array_equal(hits, expected), step
         assert set(mon.channel_of) == live
         assert all(0 <= c < 2 for c in mon.channel_of.values())
+        # the per-channel counts kept incrementally equal a rebuild, and give plan_metrics' numbers
+        kept = mon._carried.copy()
+        mon._rebuild_carried()
+        assert np.array_equal(kept, mon._carried), step
+        if ids and mon.sample_size:
+            labels = np.array([mon.channel_of[s] for s in ids], dtype=np.int64)
+            m = plan_metrics(hits, labels)
+            assert mon.waste_ratio() == m.waste_ratio
+            assert mon._ratios()[1] == (
+                m.false_positives / m.flooding_false_positives if m.flooding_false_positives else 0
+            )
 
 
 def test_state_round_trip_continues_identically() -> None:
