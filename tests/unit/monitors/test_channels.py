@@ -270,6 +270,25 @@ def test_state_round_trip_continues_identically() -> None:
     assert copy.to_bytes() == mon.to_bytes()
 
 
+def test_a_state_saved_with_id_keyed_tables_still_loads() -> None:
+    from routing.stats.state import pack_documents, unpack_documents
+
+    mon, t = two_groups()
+    mon.apply_subscriptions([sub("c1"), unsub("b4")])
+    feed(mon, [["a1", "b1", "c1"]], 30, t, "f")
+    meta, blobs = unpack_documents(mon.to_bytes())
+    ids = meta.pop("ids")
+    subscribers = meta.pop("subscribers")
+    meta["row"] = {sid: row for row, sid in enumerate(ids) if sid is not None}
+    meta["subscribers"] = {sid: subscribers[row] for sid, row in meta["row"].items()}
+    meta["channel"] = mon.channel_of
+    versioned = meta.pop("versioned")
+    meta["versioned"] = dict(zip(versioned, meta.pop("versioned_channels"), strict=True))
+    meta["versioned_subscribers"] = dict(zip(versioned, meta.pop("versioned_subscribers"), strict=True))
+    old = pack_documents(meta, sample=blobs["sample"])
+    assert ChannelMonitor.from_bytes(old).to_bytes() == mon.to_bytes()
+
+
 def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="method must be one of"):
         ChannelMonitorConfig(method="ideal")
