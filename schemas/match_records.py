@@ -231,20 +231,21 @@ def delivery_batch(
     header = codec_for("ChannelEvents").header
     values = rb.column("value")
     starts, lens = events.event_id
+    # each row once as an array item (its length as Avro's zigzag varint, then its bytes): a
+    # channel's items are then one Arrow take, whose data buffer is their concatenation
+    items = pa.array([zigzag(len(raw)) + raw for raw in values.to_pylist()], pa.binary())
     order = np.lexsort((rows, chans))  # by channel, rows ascending within one
     rows, chans = rows[order], chans[order]
     cuts = np.flatnonzero(np.diff(chans)) + 1
     out_topics, keys, out_values = [], [], []
     for part_rows, part_chans in zip(np.split(rows, cuts), np.split(chans, cuts), strict=True):
-        raws = values.take(pa.array(part_rows, pa.int64())).to_pylist()
-        body = [header, zigzag(len(raws))]
-        for raw in raws:
-            body += [zigzag(len(raw)), raw]
-        body.append(b"\x00")
+        part = items.take(pa.array(part_rows, pa.int64()))
+        offsets = np.frombuffer(part.buffers()[1], dtype=np.int32, count=len(part) + 1, offset=part.offset * 4)
+        body = memoryview(part.buffers()[2])[offsets[0] : offsets[-1]]
         first = int(part_rows[0])
         keys.append(events.data[starts[first] : starts[first] + lens[first]].tobytes())
         out_topics.append(topics[int(part_chans[0])])
-        out_values.append(b"".join(body))
+        out_values.append(b"".join((header, zigzag(len(part)), body, b"\x00")))
     return pa.RecordBatch.from_arrays(
         [pa.array(out_topics, pa.string()), pa.array(keys, pa.binary()), pa.array(out_values, pa.binary())],
         names=OUTPUT_NAMES,
