@@ -231,6 +231,7 @@ function drawJobs(snap) {
     snap.jobs.map((j) =>
       el("tr", { "data-job": j.job },
         el("td", {}, j.job),
+        el("td", { class: j.up === 0 ? "below" : "" }, j.up === undefined ? "n/a" : j.up ? "running" : "down"),
         el("td", { class: "num" }, j.input_rate === undefined ? "n/a" : num(j.input_rate, 1) + " /s"),
         el("td", { class: "num" }, j.processed === undefined ? "n/a" : num(j.processed)),
         el("td", { class: "num" }, j.lag === undefined ? "n/a" : num(j.lag) + " records"),

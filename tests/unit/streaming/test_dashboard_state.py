@@ -201,6 +201,28 @@ def test_job_metrics_reads_the_jobs_series_and_histogram_means() -> None:
     assert job_metrics(r) == {"matching": {"lag": 40.0, "processed": 7.0, "mean_batch_duration_s": 2.0}}
 
 
+def test_job_metrics_reads_what_the_jobs_register() -> None:
+    from streaming.metrics import JobMetrics, committed_offsets
+
+    m = JobMetrics(CollectorRegistry())
+    m.register("qos")
+    doc = {
+        "batchId": 3,
+        "timestamp": "2026-01-02T03:04:05.000Z",
+        "numInputRows": 500,
+        "inputRowsPerSecond": 250.0,
+        "batchDuration": 1200,
+        "durationMs": {"addBatch": 1100},
+        "sources": [{"endOffset": '{"t": {"0": 700}}'}],
+    }
+    m.observe("validation", "q1", doc)
+    m.set_lag("validation", {"q1": committed_offsets(doc)}, {"t": {0: 900}})
+    jobs = job_metrics(m.registry)
+    assert jobs["validation"]["input_rate"] == 250.0 and jobs["validation"]["processed"] == 500.0
+    assert jobs["validation"]["lag"] == 200.0 and jobs["validation"]["batch_duration_s"] == 1.2
+    assert jobs["qos"]["processed"] == 0.0  # registered before its first batch: a row with zeros
+
+
 def test_topic_metrics_follow_the_attached_source() -> None:
     class Source:
         def metric_values(self) -> dict[str, Any]:
