@@ -82,6 +82,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -319,31 +320,37 @@ class ChannelMonitor:
                 continue
             seen.add(eid)
             fresh.append(i)
-        kept: list[tuple[str, list[int]]] = []
-        for i in fresh[-size:]:
-            sids = subscription_id_lists[i]
-            rows = [self._row[s] for s in sids if s in self._row]
-            self.counters["unknown"] += len(sids) - len(rows)
-            kept.append((event_ids[i], list(dict.fromkeys(rows))))  # an id named twice is one match
+        kept = fresh[-size:]
         if not kept:
             return
+        lists = [subscription_id_lists[i] for i in kept]
+        counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        row_of = self._row.get
+        rows = np.fromiter(map(row_of, itertools.chain.from_iterable(lists), itertools.repeat(-1)), np.int64)
         slots = (self._next + np.arange(len(kept))) % size
-        for slot in slots.tolist():
+        cols = np.repeat(slots, counts)
+        known = rows >= 0
+        self.counters["unknown"] += int(len(rows) - known.sum())
+        # an id named twice by one event is one match
+        cell = np.sort(rows[known] * size + cols[known])
+        cell = cell[np.concatenate(([True], cell[1:] != cell[:-1]))] if len(cell) else cell
+        rows, cols = cell // size, cell % size
+        for slot, i in zip(slots.tolist(), kept, strict=True):
             old = self._slot_ids[slot]
             if old is not None:
                 del self._slot_of[old]
-        self._hits[:, slots] = False
-        self._carried[:, slots] = 0
-        rows_flat: list[int] = []
-        cols_flat: list[int] = []
-        for (eid, rows), slot in zip(kept, slots.tolist(), strict=True):
-            self._slot_ids[slot] = eid
-            self._slot_of[eid] = slot
-            rows_flat += rows
-            cols_flat += [slot] * len(rows)
-        self._hits[rows_flat, cols_flat] = True
-        if rows_flat:
-            np.add.at(self._carried, (self._row_channel[rows_flat], np.asarray(cols_flat)), 1)
+            self._slot_ids[slot] = event_ids[i]
+            self._slot_of[event_ids[i]] = slot
+        first, last = int(slots[0]), int(slots[-1])  # the ring's next len(kept) columns: one or two runs
+        for run in (slice(first, last + 1),) if first <= last else (slice(first, size), slice(0, last + 1)):
+            self._hits[:, run] = False
+            self._carried[:, run] = 0
+        self._hits[rows, cols] = True
+        self._carried += (
+            np.bincount(self._row_channel[rows] * size + cols, minlength=self._carried.size)
+            .reshape(self._carried.shape)
+            .astype(np.int32)
+        )
         self._next = int((self._next + len(kept)) % size)
         self._filled = min(size, self._filled + len(kept))
 
