@@ -315,6 +315,9 @@ def main() -> int:
         help="start the reader acting for every subscriber after the load (it takes a core of the two)",
     )
     ap.add_argument("--clients", type=int, default=4, help="real Subscriber clients beside the reader")
+    ap.add_argument(
+        "--method", default="auto", help="channels job: re-clustering method (default: the job's, %(default)s)"
+    )
     ap.add_argument("--quick", action="store_true", help="5k subscriptions, 2,000 events/s for 15 s")
     ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting a broker")
     ap.add_argument("--verbose", action="store_true", help="print the jobs' per-batch lines")
@@ -349,7 +352,7 @@ def main() -> int:
         m_query, m_handler = matching_query(
             spark, MatchingConfig(conn=conn, checkpoint=root / "matching", topic_prefix=prefix), quiet=not args.verbose
         )
-        monitor = ChannelMonitorConfig(k=args.k, min_interval_ms=args.min_interval_s * 1000)
+        monitor = ChannelMonitorConfig(k=args.k, min_interval_ms=args.min_interval_s * 1000, method=args.method)
         c_cfg = ChannelsConfig(
             conn=conn, checkpoint=root / "channels", topic_prefix=prefix, monitor=monitor, trigger_interval="2 seconds"
         )
@@ -435,6 +438,7 @@ def main() -> int:
             if m_handler.delivery is not None:
                 m_handler.delivery.close()
         channels_counters = dict(c_handler.monitor.counters)
+        channels_counters["method"] = c_handler.monitor.method
         m_history = list(m_handler.history)
         spark.stop()
     # what each client should have received: the events the reader kept for its subscription,
