@@ -25,7 +25,10 @@ function el(tag, attrs, ...children) {
 const $ = (sel) => document.querySelector(sel);
 const fmt = (x, digits = 3) => (x === null || x === undefined ? "n/a" : Number(x).toFixed(digits));
 const pct = (x, digits = 1) => (x === null || x === undefined ? "n/a" : (100 * x).toFixed(digits) + "%");
-const ms = (x) => (x === null || x === undefined ? "n/a" : x >= 1000 ? (x / 1000).toFixed(2) + " s" : x.toFixed(1) + " ms");
+const ms = (x) =>
+  x === null || x === undefined ? "n/a"
+    : x >= 1e9 ? "unbounded" // the QoS model's stand-in for a saturated queue's delay
+    : x >= 1000 ? (x / 1000).toFixed(2) + " s" : x.toFixed(1) + " ms";
 const when = (t) => (t ? new Date(t).toLocaleTimeString() : "n/a");
 const num = (x, digits = 0) =>
   x === null || x === undefined ? "n/a" : Number(x).toLocaleString(undefined, { maximumFractionDigits: digits });
@@ -204,7 +207,7 @@ async function drawDetail() {
 
 function alertItem(a) {
   const contributors = (a.contributors || [])
-    .map((c) => `${c.element}: ${pct(c.share, 0)} of the miss, +${ms(c.delay_ms)}` +
+    .map((c) => `${c.element}: ${pct(c.share, 0)} of the miss, ${c.delay_ms >= 1e9 ? "" : "+"}${ms(c.delay_ms)}` +
       (c.utilisation !== null ? `, ρ ${fmt(c.utilisation, 2)}` : ""))
     .join("; ");
   return el(
