@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup jars run test test-unit bench lint clean down
+.PHONY: setup jars run serve test test-unit bench lint clean down
 
 setup: $(STAMP)
 
@@ -27,6 +27,10 @@ jars: setup
 ## the whole pipeline on the built-in default: broker, topics, workload, jobs, summary
 run: jars
 	$(BIN)/siftstream run
+
+## every job continuously with live demo feeds; the dashboard and /metrics at http://127.0.0.1:8080/ (Ctrl-C stops)
+serve: jars
+	$(BIN)/siftstream serve --demo
 
 ## every test: unit, Spark, Kafka integration and standalone-cluster tiers (services start and stop inside)
 test: jars

@@ -189,6 +189,10 @@ def run_demo(cfg: DemoConfig) -> int:
     console.print(
         f"finished in {time.monotonic() - t0:.0f}s. The broker keeps running: `siftstream infra down` stops it."
     )
+    console.print(
+        "Next: `make serve` runs every job continuously with live feeds; the dashboard and metrics at "
+        "http://127.0.0.1:8080/ (docs/guide/serve.md)."
+    )
     return 0 if got_ok == expected_ok and qos_ok and routes_ok and composites_ok and channels_ok else 1
 
 

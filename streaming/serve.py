@@ -8,7 +8,8 @@ each by its module's ``build_query``/``build_queries`` with its own scheduler po
 resumes where ``siftstream match-job`` stopped and ``siftstream status`` reads both); the HTTP
 server (:mod:`streaming.web`: the live dashboard at ``/``, ``/metrics`` with
 :mod:`streaming.metrics`); with ``demo``, the live feeds of :mod:`streaming.feeds` as child
-processes.
+processes. Why one application rather than one per job, measured:
+docs/decisions/serve-one-spark-application.md.
 
 The supervisor loop (:class:`Supervisor`, every ``poll_s``) reads each query's progress into the
 metrics and each job's lag from its checkpoint (:func:`streaming.status.job_status`), and
