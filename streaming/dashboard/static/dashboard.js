@@ -143,10 +143,11 @@ function drawSubscribers(snap) {
         minRel !== null ? `R ≥ ${fmt(minRel)}` : null,
         s.wish.deadline_ms !== null ? `within ${ms(s.wish.deadline_ms)}` : null,
       ].filter(Boolean).join(", ") || "none";
-      const subs = s.wish.subscription_count ? ` (${s.wish.subscription_count} subscriptions)` : "";
+      const n = s.wish.subscription_count;
+      const subs = n ? ` (${n} subscription${n === 1 ? "" : "s"})` : "";
       const alert = s.alert
         ? el("span", {}, el("span", { class: `sev ${s.alert.severity}` }, s.alert.severity), " ",
-            el("span", { class: "alert-message" }, s.alert.message))
+            el("span", { class: "alert-message", title: s.alert.message }, s.alert.message))
         : el("span", { class: "muted" }, "none");
       const tr = el(
         "tr",
