@@ -45,6 +45,7 @@ b'ok\\n'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mimetypes
 import threading
@@ -139,6 +140,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._text(HTTPStatus.NOT_FOUND, f"no route {url.path}\n")
         except (BrokenPipeError, ConnectionResetError):
             return  # the client went away
+        except Exception as exc:  # a bug must not look like a hung page: say what failed
+            with contextlib.suppress(OSError):
+                self._text(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}\n")
 
     # ---- routes ------------------------------------------------------------------------------
 

@@ -199,9 +199,10 @@ class Feed:
                     low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
                 except Exception:
                     continue  # a new topic's leader still settling: the next scan takes it
-                self.assigned.add((topic, partition))
-                self.start_ends[(topic, partition)] = int(high)
-                self.positions[(topic, partition)] = int(low)
+                with self.lock:  # the web server's threads read these
+                    self.assigned.add((topic, partition))
+                    self.start_ends[(topic, partition)] = int(high)
+                    self.positions[(topic, partition)] = int(low)
                 new.append(TopicPartition(topic, partition, OFFSET_BEGINNING))
         self.missing = missing
         if new:
@@ -243,7 +244,12 @@ class Feed:
         if self.caught_up:
             return
         # the consumer's position passes offsets that carry no record (compaction, markers)
-        for tp in consumer.position([TopicPartition(t, p) for t, p in self.assigned]):
+        positions = consumer.position([TopicPartition(t, p) for t, p in self.assigned])
+        with self.lock:
+            self._advance(positions)
+
+    def _advance(self, positions: list[TopicPartition]) -> None:
+        for tp in positions:
             if tp.offset >= 0:
                 self.positions[(tp.topic, tp.partition)] = max(
                     self.positions.get((tp.topic, tp.partition), 0), tp.offset
