@@ -87,7 +87,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
-from typing import Final, NamedTuple, TypeAlias, TypeGuard, cast
+from typing import Any, Final, NamedTuple, TypeAlias, TypeGuard, cast
 
 __all__ = [
     "END_OF_INPUT",
@@ -212,11 +212,28 @@ def _always(value: object) -> bool:
     return True
 
 
+_NUMBER_TESTS: Final[dict[str, Callable[[Any, Any], Callable[[object], bool]]]] = {
+    "=": lambda v, _: lambda x: _is_number(x) and x == v,
+    "!=": lambda v, _: lambda x: _is_number(x) and x == x and x != v,  # x == x: not NaN
+    "<": lambda v, _: lambda x: _is_number(x) and x < v,
+    "<=": lambda v, _: lambda x: _is_number(x) and x <= v,
+    ">": lambda v, _: lambda x: _is_number(x) and x > v,
+    ">=": lambda v, _: lambda x: _is_number(x) and x >= v,
+    "between": lambda v, hi: lambda x: _is_number(x) and v <= x <= hi,
+}
+"""The number tests by operator spelling (``Op.value``; a dict keyed by the Op itself would hash
+it with a Python call), each made from the first and last literal."""
+
+
 def _compile(op: Op, kind: Kind | None, values: tuple[Value, ...]) -> Callable[[object], bool]:
     """A test of one present value, specialised to the operator and the literal kind."""
+    if kind is Kind.NUMBER:
+        make = _NUMBER_TESTS.get(op._value_)
+        if make is not None:
+            return make(values[0], values[-1])
     if op is Op.EXISTS:
         return _always
-    if op in _LISTS:
+    if op is Op.IN or op is Op.NOT_IN:  # not `in _LISTS`: an Enum's hash is a Python call
         members = frozenset(values)
         if kind is Kind.NUMBER:
             if op is Op.IN:
@@ -254,21 +271,7 @@ def _compile(op: Op, kind: Kind | None, values: tuple[Value, ...]) -> Callable[[
         if op is Op.ENDSWITH:
             return lambda x: isinstance(x, str) and x.endswith(s)
         return lambda x: isinstance(x, str) and s in x  # contains
-    v = cast(float, values[0])
-    v_hi = cast(float, values[-1])
-    if op is Op.EQ:
-        return lambda x: _is_number(x) and x == v
-    if op is Op.NE:
-        return lambda x: _is_number(x) and x == x and x != v  # x == x: not NaN
-    if op is Op.LT:
-        return lambda x: _is_number(x) and x < v
-    if op is Op.LE:
-        return lambda x: _is_number(x) and x <= v
-    if op is Op.GT:
-        return lambda x: _is_number(x) and x > v
-    if op is Op.GE:
-        return lambda x: _is_number(x) and x >= v
-    return lambda x: _is_number(x) and v <= x <= v_hi  # between
+    raise AssertionError(f"{op.value} has no test for {kind}")  # pragma: no cover
 
 
 def _equality_key(value: Value) -> tuple[Kind | None, Value]:
@@ -596,6 +599,70 @@ def _predicate(name: str, op: Op, values: tuple[Value, ...]) -> Predicate:
     return found
 
 
+_SIMPLE_PREDICATES: dict[tuple[object, ...], Predicate] = {}
+
+
+def _trusted(name: str, symbol: str, op: Op, values: tuple[Value, ...], kind: Kind) -> Predicate:
+    """:func:`_predicate` for what :func:`_parse_simple` has already checked (a valid name, the
+    operator's arity, one kind of finite literals, booleans only with = and !=): the cached
+    object (keyed by plain strings and values, and ``bool`` and ``int`` never meet under one
+    symbol here: a boolean takes = or !=, so its key holds the literal's type too), else one made
+    without the checks of ``Predicate.__post_init__``."""
+    key = (name, symbol, values[0] if kind is not Kind.BOOLEAN else ("bool", values[0]), values[-1])
+    found = _SIMPLE_PREDICATES.get(key)
+    if found is None:
+        if len(_SIMPLE_PREDICATES) >= _MAX_PREDICATES:
+            _SIMPLE_PREDICATES.clear()
+        found = object.__new__(Predicate)
+        vars(found).update(attribute=name, op=op, values=values, _kind=kind, _test=_compile(op, kind, values))
+        _SIMPLE_PREDICATES[key] = found
+    return found
+
+
+# One predicate of the common shapes and the separator after it: a comparison with an integer, a
+# plain string (no doubled quote) or a boolean, or ``between`` two integers; then ``and`` or the
+# end. Every boundary is as the tokenizer draws it (a number runs into no name character, sign
+# or dot; a keyword is a whole word of ASCII letters), so what this accepts the grammar parses to
+# the same predicate; other whitespace than ASCII's goes to the parser.
+_SIMPLE_PREDICATE: Final = re.compile(
+    r"\s*([A-Za-z_][A-Za-z0-9_.]*)(?:"
+    r"\s*(<=|>=|!=|=|<|>)\s*(?:(-?[0-9]{1,18})(?![0-9A-Za-z_.+-])|'([^']*)'(?!')"
+    r"|((?i:true|false))(?![A-Za-z0-9_.]))"
+    r"|\s+(?i:between)\s+(-?[0-9]{1,18})\s+(?i:and)\s+(-?[0-9]{1,18})(?![0-9A-Za-z_.+-]))"
+    r"(?:\s+(?i:and)(?=\s)|\s*\Z)",
+    re.ASCII,  # case folding and whitespace as the tokenizer's words: 'ſ' is no 's' here
+)
+
+
+def _parse_simple(text: str) -> Filter | None:
+    """The filter of ``text`` when every predicate has one of the common shapes of
+    :data:`_SIMPLE_PREDICATE`, else None (the full parser decides, errors included). Equal to
+    ``_Parser(text).filter()`` whenever it returns a filter (tests/unit/matching: a property test
+    against the parser); a fraction of its cost, as it skips the token stream."""
+    predicates: list[Predicate] = []
+    match, pos, n = _SIMPLE_PREDICATE.match, 0, len(text)
+    while pos < n or not predicates:
+        m = match(text, pos)
+        if m is None:
+            return None
+        name, symbol, number, quoted, flag, low, high = m.groups()
+        if symbol is None:
+            predicates.append(_trusted(name, "between", Op.BETWEEN, (int(low), int(high)), Kind.NUMBER))
+        elif number is not None:
+            predicates.append(_trusted(name, symbol, _COMPARISONS[symbol], (int(number),), Kind.NUMBER))
+        elif quoted is not None:
+            predicates.append(_trusted(name, symbol, _COMPARISONS[symbol], (quoted,), Kind.STRING))
+        elif symbol in ("=", "!="):
+            flag_value = flag.lower() == "true"
+            predicates.append(_trusted(name, symbol, _COMPARISONS[symbol], (flag_value,), Kind.BOOLEAN))
+        else:
+            return None  # a boolean ordered: the parser says why not
+        pos = m.end()
+    found = object.__new__(Filter)
+    vars(found).update(predicates=tuple(predicates), _checks=tuple([(p.attribute, p._test) for p in predicates]))
+    return found
+
+
 class _Parser:
     """Recursive descent over the grammar::
 
@@ -756,7 +823,7 @@ def parse_filter(text: str) -> Filter:
     ...     print(error.position, error.found, "|", error.expected)
     7 true | a number or a 'string' (booleans take only = and !=)
     """
-    return _Parser(text).filter()
+    return _parse_simple(text) or _Parser(text).filter()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -356,6 +356,136 @@ def test_keywords_any_case_and_any_whitespace(pair: tuple[Filter, str]) -> None:
     assert parse_filter(text) == f
 
 
+def _spelled(f: Filter) -> list[tuple[str, object, tuple[tuple[type, object], ...]]]:
+    """A filter's predicates with each literal's type: what the fast path must reproduce exactly."""
+    return [(p.attribute, p.op, tuple((type(v), v) for v in p.values)) for p in f.predicates]
+
+
+def _by_the_parser(text: str) -> Filter | None:
+    from routing.matching.language import _Parser
+
+    try:
+        return _Parser(text).filter()
+    except (FilterError, ValueError):
+        return None
+
+
+@LIGHT
+@given(filters().flatmap(lambda f: st.tuples(st.just(f), respellings(f))))
+def test_the_simple_path_parses_what_the_parser_does_or_leaves_it(pair: tuple[Filter, str]) -> None:
+    from routing.matching.language import _parse_simple
+
+    f, text = pair
+    for spelling in (text, str(f)):
+        fast = _parse_simple(spelling)
+        event("simple path" if fast is not None else "parser")
+        if fast is not None:
+            assert _spelled(fast) == _spelled(f)
+            assert fast.matches({}) is False
+
+
+_PIECES = st.sampled_from(
+    [
+        "a",
+        "x.y",
+        "_b",
+        "and",
+        "AND",
+        "between",
+        "Between",
+        "true",
+        "FALSE",
+        "in",
+        "not",
+        "exists",
+        "=",
+        "!=",
+        "<",
+        "<=",
+        ">",
+        ">=",
+        "==",
+        "=<",
+        "(",
+        ")",
+        ",",
+        "'",
+        "''",
+        "'a b'",
+        "'and'",
+        "0",
+        "-0",
+        "007",
+        "-12",
+        "1.5",
+        "1e3",
+        "123456789012345678",
+        "1234567890123456789",
+        "9" * 40,
+        "-",
+        "+1",
+        "1_0",
+        "1.",
+        "a1",
+        "x'y'",
+        "falſe",
+        "\u212a",
+        "ANd",
+    ]
+)
+_GAPS = st.sampled_from(["", " ", "  ", "\t", "\n", "\u00a0", "\u2003"])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.tuples(_PIECES, _GAPS), min_size=1, max_size=12))
+def test_the_simple_path_never_accepts_what_the_parser_refuses_or_reads_differently(
+    pieces: list[tuple[str, str]],
+) -> None:
+    """Token soup, with and without gaps: whatever the simple path accepts, the parser parses to a
+    filter with the same predicates and literal types."""
+    from routing.matching.language import _parse_simple
+
+    text = "".join(piece + gap for piece, gap in pieces)
+    fast = _parse_simple(text)
+    if fast is not None:
+        slow = _by_the_parser(text)
+        assert slow is not None, text
+        assert _spelled(fast) == _spelled(slow), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a = 1",
+        "a=1 and b!=-2 AND c between 3 and 4",
+        "and = 1 and between between 1 and 2",
+        "s = 'x and y' and t != '' and f = TRUE and g != false",
+        "  a >= 0  ",
+        "a between -5 and -10",
+    ],
+)
+def test_common_shapes_take_the_simple_path_and_equal_the_parser(text: str) -> None:
+    from routing.matching.language import _parse_simple
+
+    fast = _parse_simple(text)
+    slow = _by_the_parser(text)
+    assert fast is not None and slow is not None
+    assert _spelled(fast) == _spelled(slow) and fast == slow and str(fast) == str(slow)
+    assert fast.matches({p.attribute: p.values[0] for p in fast.predicates}) == slow.matches(
+        {p.attribute: p.values[0] for p in fast.predicates}
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a < true", "a = 1.5", "a = 'it''s'", "a in (1)", "a = 1and b = 2", "a = 1 and", "a = 1 or b = 2", ""],
+)
+def test_other_shapes_go_to_the_parser(text: str) -> None:
+    from routing.matching.language import _parse_simple
+
+    assert _parse_simple(text) is None
+
+
 # --------------------------------------------------------------------------------------------
 # Matching
 # --------------------------------------------------------------------------------------------
