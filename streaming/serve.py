@@ -117,7 +117,7 @@ class ServeConfig:
     spark_ui: bool = False
     trigger_interval: str = "5 seconds"
     demo: bool = False
-    demo_rate: float = 100.0
+    demo_rate: float = 50.0
     seed: int = 0
     http_host: str = "127.0.0.1"
     http_port: int = 8080
@@ -240,8 +240,11 @@ class Supervisor:
         self._consumer = Consumer(cfg.conn.confluent(**{"group.id": "siftstream-serve", "enable.auto.commit": False}))
         self._topics: list[str] = []
 
-    def start_all(self) -> None:
+    def start_all(self, stopping: threading.Event | None = None) -> None:
+        """Start every configured job, in order; stop starting more once ``stopping`` is set."""
         for job in self.cfg.jobs:
+            if stopping is not None and stopping.is_set():
+                return
             self.metrics.register(job)
             self.start(job)
 
@@ -453,7 +456,7 @@ def serve(cfg: ServeConfig, stop_event: threading.Event | None = None) -> int:
             spark = _session(cfg)
             spark.sparkContext.setLogLevel("ERROR" if cfg.quiet else "WARN")
             supervisor = Supervisor(spark, cfg, metrics)
-            supervisor.start_all()
+            supervisor.start_all(stopping)
         _log(f"running; checkpoints under {cfg.checkpoint_dir}. Ctrl-C or SIGTERM stops it")
         while not stopping.wait(cfg.poll_s):
             if supervisor is not None and not stopping.is_set():

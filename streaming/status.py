@@ -88,8 +88,8 @@ that has not committed a batch yet is behind by."""
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 3
 DEFAULT_MAX_LAG = 100_000
-"""Records a job may be behind before it counts as unhealthy: about ten seconds of the matching
-job's input at its measured rate on two cores, far more than the demo feeds send in a batch."""
+"""Records a job may be behind before it counts as unhealthy (``--max-lag``): many batches of the
+demo feeds' input, so that only a job that stopped keeping up crosses it."""
 
 Offsets = dict[str, dict[int, int]]
 
