@@ -266,7 +266,17 @@ def _latest_values(conn: KafkaConnection, topic: str, schema: str, timeout_s: fl
 def collect(
     conn: KafkaConnection, topic_prefix: str, checkpoint_dir: Path, max_lag: int = DEFAULT_MAX_LAG
 ) -> dict[str, Any]:
-    """The whole status as one JSON-able document (what ``status --json`` prints)."""
+    """The whole status as one JSON-able document (what ``status --json`` prints); RuntimeError
+    when the cluster cannot be reached."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return _collect(conn, topic_prefix, checkpoint_dir, max_lag)
+    except KafkaException as exc:
+        raise RuntimeError(f"cannot read the cluster at {conn.bootstrap_servers}: {exc.args[0]}") from None
+
+
+def _collect(conn: KafkaConnection, topic_prefix: str, checkpoint_dir: Path, max_lag: int) -> dict[str, Any]:
     from confluent_kafka import Consumer
 
     consumer = Consumer(conn.confluent(**{"group.id": "siftstream-status", "enable.auto.commit": False}))
