@@ -14,10 +14,15 @@ librdkafka in confluent-kafka); a key prefixed ``java.`` goes only to Spark and 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["KafkaConnection"]
+__all__ = ["KAFKA_LOGGER", "KafkaConnection"]
+
+KAFKA_LOGGER = logging.getLogger("siftstream.kafka")
+"""Where the confluent-kafka clients' (librdkafka's) log lines go."""
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,11 @@ class KafkaConnection:
             out[key.removeprefix(own)] = value
         return out
 
-    def confluent(self, **extra: str | int | bool) -> dict[str, str | int | bool]:
-        """Configuration for a confluent-kafka (librdkafka) client."""
-        conf: dict[str, str | int | bool] = {"bootstrap.servers": self.bootstrap_servers}
+    def confluent(self, **extra: Any) -> dict[str, Any]:
+        """Configuration for a confluent-kafka (librdkafka) client. librdkafka's log lines go to
+        the Python logger ``siftstream.kafka`` instead of straight to standard error, so that the
+        process's logging setup formats them and hides the benign ones (streaming/logs.py)."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "logger": KAFKA_LOGGER}
         conf.update(self._props("librdkafka.", "java."))
         conf.update(extra)
         return conf

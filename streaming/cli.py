@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.connection import KafkaConnection
+from streaming import logs
 from streaming.config import CONFIG_ENV, DEFAULT_FILE, ConfigError
 from streaming.config import load as load_config
 from streaming.config import show as show_config
@@ -242,11 +244,12 @@ def cmd_topology(args: argparse.Namespace) -> int:
         report = writer.flush()
         if report.failed:
             raise RuntimeError(f"{report.failed} topology records were not delivered: {report.errors}")
-        print(f"{report.delivered} topology elements written to {topic}", file=sys.stderr)
+        logs.get("topology").info(f"{report.delivered} topology elements written to {topic}")
     text = json.dumps(doc, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
-        print(f"{topo.name}: {len(topo.nodes)} nodes, {len(topo.links)} directed links -> {args.out}", file=sys.stderr)
+        summary = f"{topo.name}: {len(topo.nodes)} nodes, {len(topo.links)} directed links -> {args.out}"
+        logs.get("topology").info(summary)
     elif not args.to_kafka:
         print(text)
     return 0
@@ -432,10 +435,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if report.failed:
             raise RuntimeError(f"{report.failed} records were not delivered: {report.errors}")
         where = "Kafka"
-    print(
+    logs.get("simulate").info(
         f"simulated {args.seconds:g}s of the overlay in {sim_s:.2f}s ({result.event_hops / sim_s:,.0f} event-hops/s); "
-        f"{n:,} records to {where}",
-        file=sys.stderr,
+        f"{n:,} records to {where}"
     )
     print(
         json.dumps(
@@ -478,10 +480,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     cfg = _validation_cfg(args)
     spark = _spark(args)
-    print(
-        f"[validation] reading {len(cfg.input_specs())} input topics, dead letters to {cfg.deadletter_topic}, "
-        f"checkpoint {cfg.checkpoint}",
-        file=sys.stderr,
+    logs.get("validation").info(
+        f"reading {len(cfg.input_specs())} input topics, dead letters to {cfg.deadletter_topic}, "
+        f"checkpoint {cfg.checkpoint}"
     )
     run(spark, cfg, quiet=args.quiet)
     spark.stop()
@@ -504,22 +505,23 @@ def cmd_match_job(args: argparse.Namespace) -> int:
         deliver=not args.no_delivery,
     )
     spark = _spark(args)
-    print(
-        f"[matching] {cfg.events_topic} x {cfg.subscriptions_topic} -> {cfg.matches_topic} "
+    log = logs.get("matching")
+    log.info(
+        f"{cfg.events_topic} x {cfg.subscriptions_topic} -> {cfg.matches_topic} "
         f"(dead letters to {cfg.deadletter_topic})"
         + ("" if args.no_delivery else ", delivery through the channel topics (docs/reference/delivery.md)")
-        + f", checkpoint {cfg.checkpoint}",
-        file=sys.stderr,
+        + f", checkpoint {cfg.checkpoint}"
     )
     history = run(spark, cfg, quiet=args.quiet)
     spark.stop()
-    print(
-        f"[matching] {len(history)} micro-batches: {sum(b.events for b in history):,} events matched, "
-        f"{sum(b.rejected_events for b in history):,} events and "
-        f"{sum(b.rejected_subscriptions for b in history):,} subscription records dead-lettered, "
-        f"{sum(b.matches for b in history):,} matches, {sum(b.deliveries for b in history):,} deliveries",
-        file=sys.stderr,
-    )
+    totals = {
+        "events_matched": sum(b.events for b in history),
+        "dead_lettered_events": sum(b.rejected_events for b in history),
+        "dead_lettered_subscription_records": sum(b.rejected_subscriptions for b in history),
+        "matches": sum(b.matches for b in history),
+        "deliveries": sum(b.deliveries for b in history),
+    }
+    logs.log_batch(log, None, totals, what=f"{len(history)} micro-batches")
     return 0
 
 
@@ -541,15 +543,16 @@ def _driver_job(args: argparse.Namespace, job: str) -> dict[str, Any]:
 def _run_driver_job(args: argparse.Namespace, job: str, cfg: Any, run: Any, banner: str, counts: Sequence[str]) -> int:
     """Start Spark, run a driver-state job until done or interrupted, and summarise its batches."""
     spark = _spark(args)
-    print(f"[{job}] {banner}; checkpoint {cfg.checkpoint}", file=sys.stderr)
+    log = logs.get(job)
+    log.info(f"{banner}; checkpoint {cfg.checkpoint}")
     history = run(spark, cfg, quiet=args.quiet)
     spark.stop()
-    totals = "".join(f", {sum(b.extra[k] for b in history):,} {k}" for k in counts)
-    print(
-        f"[{job}] {len(history)} micro-batches: {sum(sum(b.records.values()) for b in history):,} records, "
-        f"{sum(b.dead_letters for b in history):,} dead-lettered{totals}",
-        file=sys.stderr,
-    )
+    totals = {
+        "records": sum(sum(b.records.values()) for b in history),
+        "dead_letters": sum(b.dead_letters for b in history),
+        **{k: sum(b.extra[k] for b in history) for k in counts},
+    }
+    logs.log_batch(log, None, totals, what=f"{len(history)} micro-batches")
     return 0
 
 
@@ -798,7 +801,7 @@ def _serve_connection(args: argparse.Namespace, start_broker: bool) -> KafkaConn
     from infra.topics import ensure_topics
 
     if start_broker and not args.bootstrap_servers:
-        print(f"[serve] {kafka.up(_broker_cfg(args), _jars(args))}", file=sys.stderr)
+        logs.get("serve").info(kafka.up(_broker_cfg(args), _jars(args)))
     conn = connection(args)
     ensure_topics(conn, args.topic_prefix)
     return conn
@@ -1164,11 +1167,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="siftstream",
         description="Content-based publish/subscribe on Kafka and Spark. Every option can also be set in a "
         "TOML file or the environment (docs/guide/configuration.md).",
+        allow_abbrev=False,  # `siftstream match --log FILE` is match's option, not an abbreviated --log-level
     )
     parser.add_argument(
         "--config",
         metavar="FILE",
         help=f"settings file, TOML (default: ${CONFIG_ENV}, else ./{DEFAULT_FILE} when present)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=logs.LEVELS,
+        help=f"least level logged on stderr (default: ${logs.LOG_LEVEL_ENV}, else info; docs/guide/logs.md)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        help=f"text lines or JSON Lines for log shippers (default: ${logs.LOG_FORMAT_ENV}, else text)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -1430,6 +1444,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _setup_logs(args: argparse.Namespace, environ: Any) -> None:
+    """``--log-level`` and ``--log-format``, else ``$SIFTSTREAM_LOG_LEVEL`` and
+    ``$SIFTSTREAM_LOG_FORMAT``, else info and text (docs/guide/logs.md)."""
+    level = args.log_level or environ.get(logs.LOG_LEVEL_ENV) or "info"
+    fmt = args.log_format or environ.get(logs.LOG_FORMAT_ENV) or "text"
+    source = "--log-level" if args.log_level else f"${logs.LOG_LEVEL_ENV}"
+    if level.lower() not in logs.LEVELS:
+        raise ValueError(f"{source}: the log level is one of {', '.join(logs.LEVELS)} (got {level!r})")
+    source = "--log-format" if args.log_format else f"${logs.LOG_FORMAT_ENV}"
+    if fmt.lower() not in logs.FORMATS:
+        raise ValueError(f"{source}: the log format is one of {', '.join(logs.FORMATS)} (got {fmt!r})")
+    logs.setup(level.lower(), fmt.lower())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     raw = list(argv) if argv is not None else sys.argv[1:]
     parser = build_parser()
@@ -1439,6 +1467,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"siftstream: error: {exc}", file=sys.stderr)
         return 2
     args = parser.parse_args(raw)
+    try:
+        _setup_logs(args, os.environ)
+    except ValueError as exc:
+        print(f"siftstream: error: {exc}", file=sys.stderr)
+        return 2
     args.config_layers, args.config_file = layers, config_file
     args.count_given = "--count" in raw
     # a job stopped by SIGTERM (service managers, CI) shuts down as on Ctrl-C
@@ -1451,7 +1484,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except (RuntimeError, TimeoutError, ValueError, FileNotFoundError) as exc:
-        print(f"siftstream: error: {exc}", file=sys.stderr)
+        if logs.current()[1] == "json":  # stderr stays JSON Lines
+            logs.get("cli").error(str(exc))
+        else:
+            print(f"siftstream: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -74,6 +74,7 @@ ENV_PREFIX = "SIFTSTREAM_"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _SKIPPED = {"help", "config"}  # options no file or variable sets
+_TOP_VALUED = ("--log-level", "--log-format")  # the other options before the command that take a value
 
 
 class ConfigError(ValueError):
@@ -274,7 +275,7 @@ def config_path(argv: Sequence[str], environ: Mapping[str, str], cwd: Path) -> t
             return Path(argv[i + 1]), True
         if word.startswith("--config="):
             return Path(word.split("=", 1)[1]), True
-        if not word.startswith("-"):
+        if not word.startswith("-") and (i == 0 or argv[i - 1] not in _TOP_VALUED):
             break  # the command: --config goes before it
     if environ.get(CONFIG_ENV):
         return Path(environ[CONFIG_ENV]), True

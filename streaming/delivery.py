@@ -25,7 +25,7 @@ output, so such a record means a writer of another version, not bad user input.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,12 +34,15 @@ from infra.connection import KafkaConnection
 from routing.channels.assignment import Assignment
 from schemas.codec import DecodeError, codec_for, decode
 from schemas.topics import CHANNELS_TOPIC, channel_spec, channel_topic
+from streaming import logs
 from streaming.arrow_matching import DeliveryShip
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["KEEP_BATCHES", "DeliveryStage"]
+
+_log = logs.get("delivery")
 
 KEEP_BATCHES = 20  # batch files kept (a replay needs only the last)
 _COPIED = (
@@ -163,7 +166,7 @@ class DeliveryStage:
             try:
                 _, record = decode(msg.value(), "ChannelAssignment")
             except DecodeError as exc:
-                print(f"[delivery] warning: skipped {self.channels_topic}@{msg.offset()}: {exc}", file=sys.stderr)
+                _log.warning(f"skipped {self.channels_topic}@{msg.offset()}: {exc}")
                 continue
             if record["stage"] == "planned" and (newest is None or record["version"] > newest["version"]):
                 newest = record
@@ -211,13 +214,11 @@ class DeliveryStage:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"k": new.k, "members": dict(new.channel_of)}))
         self.assignment = new
-        if not self.quiet:
-            print(
-                f"[delivery] installed version {new.version} ({planned['reason']}): {new.k} channels, "
-                f"{len(new.channel_of):,} subscriptions placed",
-                file=sys.stderr,
-                flush=True,
-            )
+        _log.log(
+            logging.DEBUG if self.quiet else logging.INFO,
+            f"installed version {new.version} ({planned['reason']}): {new.k} channels, "
+            f"{len(new.channel_of):,} subscriptions placed",
+        )
 
     # -- per batch -----------------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ Without a state file the step object starts empty.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from schemas.topics import (
     TOPICS,
     TOPOLOGY_TOPIC,
 )
+from streaming import logs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -344,6 +344,7 @@ class DriverBatch(ABC):
         quiet: bool = True,
     ) -> None:
         self.spark, self.conn, self.quiet = spark, conn, quiet
+        self.log = logs.get(self.job)
         self.names = inputs
         self.state_folder, self.topic_prefix, self.stats_file = state_folder, topic_prefix, stats_file
         self.readers = {
@@ -412,10 +413,7 @@ class DriverBatch(ABC):
             self.load_state(blob[8:])
             return
         if batch_id > 0:
-            print(
-                f"[{self.job}] warning: no state for batch {batch_id - 1} in {self.state_folder}; starting empty",
-                file=sys.stderr,
-            )
+            self.log.warning(f"no state for batch {batch_id - 1} in {self.state_folder}; starting empty")
         self.new_state()
 
     def _save(self, batch_id: int) -> None:
@@ -508,12 +506,7 @@ class DriverBatch(ABC):
             self.stats_file.parent.mkdir(parents=True, exist_ok=True)
             with self.stats_file.open("a") as f:
                 f.write(json.dumps(stats.__dict__) + "\n")
-        if not self.quiet:
-            counts = ", ".join(f"{v:,} {k.split('.')[-2]}" for k, v in stats.records.items() if v)
-            extra = "".join(f"; {v} {k}" for k, v in stats.extra.items() if not isinstance(v, list))
-            print(
-                f"[{self.job}] batch {stats.batch_id}: {counts or 'no records'}; {stats.dead_letters:,} dead letters; "
-                f"{stats.outputs} outputs{extra}; {stats.duration_ms:.0f} ms",
-                file=sys.stderr,
-                flush=True,
-            )
+        counts = {k.split(".")[-2]: v for k, v in stats.records.items() if v} or {"records": 0}
+        fields = {**counts, "dead_letters": stats.dead_letters, "outputs": stats.outputs, **stats.extra}
+        timings = {k: getattr(stats, k) for k in ("read_ms", "decode_ms", "step_ms", "write_ms", "watermark_ms")}
+        logs.log_batch(self.log, stats.batch_id, {**fields, "duration_ms": stats.duration_ms}, self.quiet, timings)

@@ -19,6 +19,7 @@ Run one: ``python -m streaming.feeds stocks --bootstrap-servers 127.0.0.1:9092 -
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from infra.connection import KafkaConnection
+from streaming import logs
 
 __all__ = ["CLIENT_FILTERS", "ROUND_S", "main", "run_clients", "run_overlay", "run_workload_feed"]
 
@@ -42,7 +44,7 @@ CLIENT_FILTERS = (
 
 
 def _say(feed: str, text: str) -> None:
-    print(f"[feed {feed}] {text}", file=sys.stderr, flush=True)
+    logs.get(f"feed.{feed}").info(text)
 
 
 def run_workload_feed(kind: str, conn: KafkaConnection, prefix: str, rate: float, seed: int, stop: Any) -> int:
@@ -139,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="events per second (stocks, sensors)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    # the level and format of the serve process that started this one (streaming.logs.environment)
+    logs.setup(os.environ.get(logs.LOG_LEVEL_ENV, "info"), os.environ.get(logs.LOG_FORMAT_ENV, "text"))
     conn = KafkaConnection.from_file(args.bootstrap_servers, args.kafka_config)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):

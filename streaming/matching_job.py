@@ -72,7 +72,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -83,6 +82,7 @@ from typing import TYPE_CHECKING, Any
 from infra.connection import KafkaConnection
 from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_change
 from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
+from streaming import logs
 from streaming.session import await_query, kafka_stream, start_batches
 from streaming.subscription_store import TableStore
 
@@ -105,6 +105,7 @@ __all__ = [
     "to_record",
 ]
 
+_log = logs.get("matching")
 EARLIEST = -2  # Spark's Kafka offsets JSON: -2 is the earliest offset
 
 
@@ -386,10 +387,9 @@ class MatchingBatch:
             return
         if prev_subs is None:
             raise RuntimeError(f"cannot restore the subscription table: no offsets for batch {batch_id - 1}")
-        print(
-            f"[matching] warning: the subscription table in {self.cfg.table_folder} does not cover batch "
-            f"{batch_id - 1}; rebuilding it from {self.cfg.subscriptions_topic}",
-            file=sys.stderr,
+        _log.warning(
+            f"the subscription table in {self.cfg.table_folder} does not cover batch "
+            f"{batch_id - 1}; rebuilding it from {self.cfg.subscriptions_topic}"
         )
         table = SubscriptionTable()
         changes = [o.change for o in map(plan_change, map(to_record, self._read_subscriptions({}, prev_subs)))]
@@ -471,17 +471,20 @@ class MatchingBatch:
             self.cfg.stats_file.parent.mkdir(parents=True, exist_ok=True)
             with self.cfg.stats_file.open("a") as f:
                 f.write(json.dumps(stats.__dict__) + "\n")
-        if not self.quiet:
-            print(
-                f"[matching] batch {stats.batch_id}: {stats.events:,} events matched "
-                f"({stats.rejected_events:,} dead-lettered), {stats.subscription_records:,} subscription records "
-                f"({stats.rejected_subscriptions:,} dead-lettered, {stats.skipped_composites:,} composite), "
-                f"{stats.subscriptions:,} active; {stats.matches:,} matches"
-                + (f", {stats.deliveries:,} deliveries by version {stats.delivery_version}" if self.delivery else "")
-                + f", {stats.duration_ms:.0f} ms",
-                file=sys.stderr,
-                flush=True,
-            )
+        fields: dict[str, Any] = {
+            "events": stats.events,
+            "dead_lettered_events": stats.rejected_events,
+            "subscription_records": stats.subscription_records,
+            "dead_lettered_subscriptions": stats.rejected_subscriptions,
+            "composite_records": stats.skipped_composites,
+            "active_subscriptions": stats.subscriptions,
+            "matches": stats.matches,
+        }
+        if self.delivery is not None:
+            fields.update(deliveries=stats.deliveries, channel_version=stats.delivery_version)
+        fields["duration_ms"] = stats.duration_ms
+        detail = {"table_version": stats.table_version, "subscriptions_ms": stats.subscriptions_ms}
+        logs.log_batch(_log, stats.batch_id, fields, self.quiet, {**detail, "write_ms": stats.write_ms})
 
 
 def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) -> tuple[StreamingQuery, MatchingBatch]:

@@ -35,7 +35,6 @@ Limits: the checkpoint must be a local (driver-side) path; telemetry is aggregat
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,6 +247,7 @@ class QosBatch(DriverBatch):
         self._feed(tables, stats)
         records: list[dict[str, Any]] = []
         windows: list[int] = []
+        notes = 0
         fed = time.monotonic()
         if np.isfinite(self.max_time_ms):
             watermark = self.max_time_ms - self.cfg.lateness_ms
@@ -256,11 +256,13 @@ class QosBatch(DriverBatch):
                 reports, problems = self.monitor.report(end)
                 records += reports
                 windows.append(end)
-                if problems and not self.quiet:
-                    print(f"[qos] window {end}: {len(problems)} notes, e.g. {problems[0]}", file=sys.stderr)
+                notes += len(problems)
+                if problems:  # the count is in the batch's line
+                    self.log.debug(f"window ending {end}: {len(problems)} notes, e.g. {problems[0]}")
         stats.extra = {
             "reports": len(records),
             "alerts": sum(1 for r in records if r["alert"] is not None),
+            "notes": notes,
             "windows": windows,
             "report_ms": (time.monotonic() - fed) * 1000,  # of step_ms: the windows' reports
         }

@@ -16,6 +16,7 @@ with its cost, the cost of the plan it replaces and the reasons. See
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,10 +165,12 @@ class RoutesBatch(DriverBatch):
             "versions": [p["version"] for p in plans],
             "costs": [p["cost"] for p in plans],
         }
-        if plans and not self.quiet:
-            for p in plans:
-                cost = "infeasible" if p["cost"] is None else f"cost {p['cost']:.4g}"
-                print(f"[routes] plan v{p['version']}: {cost}; {'; '.join(p['reasons'])}", flush=True)
+        for p in plans:
+            cost = "infeasible" if p["cost"] is None else f"cost {p['cost']:.4g}"
+            self.log.log(
+                logging.DEBUG if self.quiet else logging.INFO,
+                f"plan v{p['version']}: {cost}; {'; '.join(p['reasons'])}",
+            )
         topic = self.cfg.topic(ROUTES_TOPIC)
         return [(topic, p["plan_id"].encode(), self.codec.encode(p)) for p in plans]
 

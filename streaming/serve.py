@@ -29,6 +29,7 @@ A second signal exits at once.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
+from streaming import logs
 from streaming.status import JOBS, job_status, query_dirs
 
 if TYPE_CHECKING:
@@ -135,8 +137,8 @@ class ServeConfig:
         return self.stats_dir / f"{job}{self.topic_prefix}.jsonl"
 
 
-def _log(text: str) -> None:
-    print(f"[serve] {text}", file=sys.stderr, flush=True)
+def _log(text: str, level: int = logging.INFO) -> None:
+    logs.get("serve").log(level, text)
 
 
 # ---- the jobs ----------------------------------------------------------------------------------
@@ -264,13 +266,13 @@ class Supervisor:
                 if query.isActive:
                     query.stop()
             except Exception as exc:  # one that will not stop (or a JVM already gone) must not keep the rest
-                _log(f"{run.job}: stopping {name} failed: {_first_line(exc)}")
+                _log(f"{run.job}: stopping {name} failed: {_first_line(exc)}", logging.WARNING)
         delivery = getattr(run.handler, "delivery", None)
         if delivery is not None:
             try:
                 delivery.close()
             except Exception as exc:
-                _log(f"{run.job}: closing the delivery stage failed: {_first_line(exc)}")
+                _log(f"{run.job}: closing the delivery stage failed: {_first_line(exc)}", logging.WARNING)
 
     def check(self) -> None:
         """One round: failed jobs, due restarts, metrics."""
@@ -301,7 +303,8 @@ class Supervisor:
             _log(
                 f"{job}: query {name} "
                 + ("stopped" if reason is None else f"failed: {_first_line(reason)}")
-                + f"; restart {self.failures[job]} in {wait:.0f} s"
+                + f"; restart {self.failures[job]} in {wait:.0f} s",
+                logging.WARNING,
             )
 
     def restart_due(self, now: float) -> None:
@@ -316,7 +319,7 @@ class Supervisor:
                     self.failures[job] = self.failures.get(job, 0) + 1
                     wait = self.cfg.backoff.delay(self.failures[job])
                     self.retry_at[job] = now + wait
-                    _log(f"{job}: restart failed: {_first_line(exc)}; next try in {wait:.0f} s")
+                    _log(f"{job}: restart failed: {_first_line(exc)}; next try in {wait:.0f} s", logging.WARNING)
 
     def _observe(self, run: JobRun) -> None:
         for name, query in run.queries.items():
@@ -336,7 +339,7 @@ class Supervisor:
         try:
             ends = job_offsets(self._consumer, self._topics)
         except Exception as exc:  # the cluster being away for a moment is no reason to stop
-            _log(f"reading end offsets failed: {_first_line(exc)}")
+            _log(f"reading end offsets failed: {_first_line(exc)}", logging.WARNING)
             return
         for job in self.cfg.jobs:
             status = job_status(job, self.dirs[job], ends)
@@ -394,7 +397,8 @@ def _start_feeds(cfg: ServeConfig) -> list[subprocess.Popen[bytes]]:
         ]
         if cfg.kafka_config:
             cmd += ["--kafka-config", cfg.kafka_config]
-        procs.append(subprocess.Popen(cmd, start_new_session=True))
+        # the feeds log as this process does (--log-level, --log-format)
+        procs.append(subprocess.Popen(cmd, start_new_session=True, env={**os.environ, **logs.environment()}))
     return procs
 
 
@@ -455,7 +459,7 @@ def serve(cfg: ServeConfig, stop_event: threading.Event | None = None) -> int:
         nonlocal signals
         signals += 1
         if signals > 1:
-            _log("second signal: exiting now")
+            _log("second signal: exiting now", logging.WARNING)
             os._exit(130)
         stopping.set()
 
@@ -474,7 +478,8 @@ def serve(cfg: ServeConfig, stop_event: threading.Event | None = None) -> int:
         if cfg.jobs:
             _log(f"starting Spark ({cfg.master}) and the jobs: {', '.join(cfg.jobs)}")
             spark = _session(cfg)
-            spark.sparkContext.setLogLevel("ERROR" if cfg.quiet else "WARN")
+            if logs.current()[0] != "debug":  # --log-level debug: Spark's level as build_session set it
+                spark.sparkContext.setLogLevel("ERROR" if cfg.quiet else logs.spark_level())
             supervisor = Supervisor(spark, cfg, metrics)
             supervisor.start_all(stopping)
         _log(f"running; checkpoints under {cfg.checkpoint_dir}. Ctrl-C or SIGTERM stops it")
@@ -496,7 +501,7 @@ def serve(cfg: ServeConfig, stop_event: threading.Event | None = None) -> int:
             try:
                 step()
             except Exception as exc:  # e.g. a JVM that a signal to the whole process group ended first
-                _log(f"stopping {what} failed: {_first_line(exc)}")
+                _log(f"stopping {what} failed: {_first_line(exc)}", logging.WARNING)
         for s, handler in previous.items():
             signal.signal(s, handler)
         _log(f"stopped in {time.monotonic() - started:.1f} s; the checkpoints under {cfg.checkpoint_dir} resume it")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from infra.jars import JarSets
+from streaming import logs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,6 +57,7 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    java_logs = logs.spark_java_options()
     builder = (
         SparkSession.builder.master(cfg.master)
         .appName(cfg.app_name)
@@ -86,12 +88,15 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
         # Spark's generated code for decode-and-validate exceeds HotSpot's 8,000-byte limit for
         # JIT-compiling a method; without this flag it runs in the bytecode interpreter. ParallelGC:
         # throughput over pause times for micro-batches (docs/decisions/spark-session-settings.md)
-        .config("spark.driver.extraJavaOptions", "-XX:-DontCompileHugeMethods -XX:+UseParallelGC")
+        # and the driver's log4j2 configuration: this process's --log-level and --log-format, the
+        # messages Spark logs in normal operation hidden (infra/spark-log4j2.properties)
+        .config("spark.driver.extraJavaOptions", f"-XX:-DontCompileHugeMethods -XX:+UseParallelGC {java_logs}")
         .config("spark.executor.extraJavaOptions", "-XX:-DontCompileHugeMethods -XX:+UseParallelGC")
     )
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    _quiet_loggers(spark)
+    spark.sparkContext.setLogLevel(logs.spark_level())
+    if logs.current()[0] != "debug":
+        _quiet_loggers(spark)
     return spark
 
 
@@ -149,7 +154,7 @@ def await_query(query: StreamingQuery, job: str) -> None:
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
-        print(f"[{job}] stopping ...", file=sys.stderr)
+        logs.get(job).info("stopping ...")
     except StreamingQueryException as exc:
         raise RuntimeError(f"the {job} query failed: {exc}") from exc
     finally:

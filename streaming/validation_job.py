@@ -14,13 +14,13 @@ file and reports progress. Progress is checkpointed per topic: a restart resumes
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
 from schemas.topics import DEADLETTER_TOPIC, INPUT_TOPICS, TopicSpec
+from streaming import logs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +38,8 @@ __all__ = [
     "read_topic_stream",
     "run",
 ]
+
+_log = logs.get("validation")
 
 ERROR_CODES = ("bad_framing", "unknown_schema", "malformed_body", "invalid_value")
 METRICS_NAME = "validation"
@@ -168,15 +170,17 @@ def attach_stats(spark: SparkSession, stats_file: Path | None, quiet: bool = Fal
                 stats_file.parent.mkdir(parents=True, exist_ok=True)
                 with stats_file.open("a") as f:
                     f.write(json.dumps(line) + "\n")
-            if not quiet:
-                ok = sum(v for k, v in line["counts"].items() if k.startswith("ok|"))
-                bad = sum(v for k, v in line["counts"].items() if k.startswith("bad|"))
-                print(
-                    f"[validation] {line['query']} batch {line['batch_id']}: {line['input_rows']} records,"
-                    f" {ok} accepted, {bad} dead-lettered, {line['duration_ms']} ms",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            ok = sum(v for k, v in line["counts"].items() if k.startswith("ok|"))
+            bad = sum(v for k, v in line["counts"].items() if k.startswith("bad|"))
+            fields = {
+                "records": line["input_rows"],
+                "accepted": ok,
+                "dead_lettered": bad,
+                "input_rows_per_s": line["input_rows_per_s"],
+                "duration_ms": line["duration_ms"],
+            }
+            topic = line["query"].removeprefix("siftstream-validation-")  # one query per input topic
+            logs.log_batch(_log, line["batch_id"], fields, quiet, {"topic": topic}, what=f"{topic} batch")
 
         def onQueryIdle(self, event: Any) -> None:
             pass
@@ -216,7 +220,7 @@ def run(spark: SparkSession, cfg: ValidationConfig, quiet: bool = False) -> None
             if failed is not None:
                 break
     except KeyboardInterrupt:
-        print("[validation] stopping ...", file=sys.stderr)
+        _log.info("stopping ...")
     finally:
         for q in queries:
             if q.isActive:

@@ -4,6 +4,7 @@ a Spark checkpoint, and the job metrics fed from progress documents (no broker, 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -174,8 +175,9 @@ class StandInQuery:
 
 
 def test_supervisor_restarts_a_failed_job_after_a_growing_backoff(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="siftstream.serve")
     starts: list[JobRun] = []
 
     def starter(spark: object, cfg: ServeConfig, job: str) -> JobRun:
@@ -196,7 +198,7 @@ def test_supervisor_restarts_a_failed_job_after_a_growing_backoff(
         assert "qos" not in supervisor.runs and "routes" in supervisor.runs  # the other job runs on
         assert not first.queries["b"].isActive  # the job's other queries were stopped with it
         assert supervisor.retry_at == {"qos": t0 + 2.0}
-        assert "[serve] qos: query a failed: boom; restart 1 in 2 s" in capsys.readouterr().err
+        assert "qos: query a failed: boom; restart 1 in 2 s" in caplog.messages
         supervisor.restart_due(t0 + 1.0)
         assert len(starts) == 2  # not yet
         supervisor.restart_due(t0 + 2.0)
@@ -204,7 +206,7 @@ def test_supervisor_restarts_a_failed_job_after_a_growing_backoff(
         starts[-1].queries["b"].isActive = False  # stopped without an error: restarted all the same
         supervisor.reap(t0 + 3.0)
         assert supervisor.retry_at == {"qos": t0 + 3.0 + 4.0}  # the second failure in a row waits twice as long
-        assert "[serve] qos: query b stopped; restart 2 in 4 s" in capsys.readouterr().err
+        assert "qos: query b stopped; restart 2 in 4 s" in caplog.messages
         assert metrics.registry.get_sample_value("siftstream_job_restarts_total", {"job": "qos"}) == 1
         assert metrics.registry.get_sample_value("siftstream_job_up", {"job": "qos"}) == 0
     finally:
