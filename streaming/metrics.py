@@ -29,7 +29,7 @@ Source of the numbers: Spark's ``StreamingQueryProgress`` of each query (``batch
 job's own per-batch counts. Lag is :func:`lag_records` of a query's committed end offsets against
 the topics' current end offsets. A job with several queries (validation: one per input topic)
 sums them. A progress document is counted once: :class:`JobMetrics` remembers the ``timestamp``
-of each query's newest report and skips older ones; Spark's idle reports (no ``addBatch`` in
+of each (job, query)'s newest report and skips older ones; Spark's idle reports (no ``addBatch`` in
 ``durationMs``) move no counter.
 
 Example (a registry of its own, so that nothing global changes):
@@ -203,9 +203,9 @@ class JobMetrics:
         seen before or is an idle report (no batch ran)."""
         doc = progress_doc(progress)
         stamp = progress_time_s(doc)
-        if stamp <= self._seen.get(query, float("-inf")):
+        if stamp <= self._seen.get((job, query), float("-inf")):
             return False
-        self._seen[query] = stamp
+        self._seen[(job, query)] = stamp
         if "addBatch" not in (doc.get("durationMs") or {}):
             self._rates.setdefault(job, {})[query] = 0.0
             self.input_rate.labels(job=job).set(sum(self._rates[job].values()))

@@ -137,6 +137,7 @@ def test_job_metrics_count_each_batch_once_and_skip_idle_reports() -> None:
     assert m.observe("matching", "query", progress(1, 3, 40, 500, 140))
     assert not m.observe("matching", "query", progress(2, 5, 0, 1, 140, ran=False))  # idle: no batch ran
     assert not m.observe("matching", "query", progress(0, 1, 100, 1500, 100))  # older than the newest seen
+    assert m.observe("qos", "query", progress(0, 2, 7, 300, 7))  # another job's query of the same name
 
     def value(name: str, **labels: str) -> float | None:
         return m.registry.get_sample_value(name, {"job": "matching", **labels})
