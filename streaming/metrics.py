@@ -189,7 +189,7 @@ class JobMetrics:
             "Matches per event in the matching job's last micro-batch that had events.",
             registry=registry,
         )
-        self._seen: dict[str, float] = {}
+        self._seen: dict[tuple[str, str], float] = {}
         self._rates: dict[str, dict[str, float]] = {}
 
     def register(self, job: str) -> None:
