@@ -104,6 +104,9 @@ class BenignRule:
         original one; later matches are hidden. Without it every match is hidden.
     once_level : int
         The level of that summary.
+    exc_pattern : str or None
+        When given, the record's traceback must match it too (searched); the summary drops the
+        traceback.
     """
 
     name: str
@@ -112,6 +115,7 @@ class BenignRule:
     why: str
     once: str | None = None
     once_level: int = logging.INFO
+    exc_pattern: str | None = None
 
 
 BENIGN: tuple[BenignRule, ...] = (
@@ -136,8 +140,18 @@ BENIGN: tuple[BenignRule, ...] = (
         "repeats hidden",
         once_level=logging.WARNING,
     ),
+    BenignRule(
+        "interrupted-jvm-call",
+        r"^(Exception|KeyboardInterrupt) while sending command\.$",
+        "root",  # py4j logs these through the logging module's functions, i.e. the root logger
+        "Ctrl-C or SIGTERM arrives while the driver waits in a call into the JVM: PySpark's signal "
+        "handler cancels the running Spark jobs and the call in flight is broken off; py4j logs it "
+        "with a traceback, and the job stops as asked",
+        once="a call into Spark's JVM was interrupted by the stop (Ctrl-C or SIGTERM); expected",
+        exc_pattern=r"KeyboardInterrupt|RuntimeError: reentrant call",
+    ),
 )
-"""librdkafka's benign messages. Spark's are denied in ``infra/spark-log4j2.properties``."""
+"""librdkafka's and py4j's benign messages. Spark's are denied in ``infra/spark-log4j2.properties``."""
 
 
 class BenignFilter(logging.Filter):
@@ -158,7 +172,7 @@ class BenignFilter(logging.Filter):
 
     def __init__(self, rules: tuple[BenignRule, ...] = BENIGN, min_level: int = logging.INFO) -> None:
         super().__init__()
-        self.rules = [(rule, re.compile(rule.pattern)) for rule in rules]
+        self.rules = [(rule, re.compile(rule.pattern), re.compile(rule.exc_pattern or "")) for rule in rules]
         self.min_level = min_level  # a summary below it is hidden too
         self.hidden: dict[str, int] = {}
         self._seen: set[str] = set()
@@ -166,20 +180,30 @@ class BenignFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         name = record.name
-        for rule, regex in self.rules:
+        for rule, regex, exc_regex in self.rules:
             if not (name == rule.logger or name.startswith(rule.logger + ".")):
                 continue
             if not regex.search(record.getMessage()):
                 continue
+            if rule.exc_pattern is not None and not exc_regex.search(_traceback(record)):
+                continue
             with self._lock:
                 if rule.once is not None and rule.name not in self._seen and rule.once_level >= self.min_level:
                     self._seen.add(rule.name)
-                    record.msg, record.args = f"{rule.once}; first: {record.getMessage()}", None
+                    first = "" if rule.exc_pattern else f"; first: {record.getMessage()}"
+                    record.msg, record.args = f"{rule.once}{first}", None
+                    record.exc_info = record.exc_text = None
                     record.levelno, record.levelname = rule.once_level, logging.getLevelName(rule.once_level)
                     return True
                 self.hidden[rule.name] = self.hidden.get(rule.name, 0) + 1
             return False
         return True
+
+
+def _traceback(record: logging.LogRecord) -> str:
+    if record.exc_text:
+        return record.exc_text
+    return logging.Formatter().formatException(record.exc_info) if record.exc_info else ""
 
 
 # ---- numbers for people -------------------------------------------------------------------------
@@ -398,7 +422,8 @@ def log_batch(
     ``quiet``: the job's ``--quiet``, or ``serve`` without ``--verbose``); a JSON line carries
     ``job``, ``batch_id``, the fields and ``detail`` (fields for JSON only, e.g. the stages'
     timings) as numbers (:func:`format_fields`, :func:`json_fields`). ``batch_id`` None and
-    ``what`` make a summary line (``what: <fields>``).
+    ``what`` make a summary line (``what: <fields>``). In a process where nothing set up logging,
+    the first call does :func:`setup` with its defaults.
 
     >>> import io
     >>> out = io.StringIO()
@@ -409,6 +434,8 @@ def log_batch(
     ('batch 3: 12 reports, in 486 ms', 'qos', 3, 486.395, 1.235)
     >>> _ = setup()
     """
+    if _handler is None and not logging.getLogger().handlers:
+        setup()  # a program that runs a job without the command line (bench/, a notebook) sees its lines
     level = logging.DEBUG if quiet else logging.INFO
     if not logger.isEnabledFor(level):
         return

@@ -176,7 +176,7 @@ def attach_stats(spark: SparkSession, stats_file: Path | None, quiet: bool = Fal
                 "records": line["input_rows"],
                 "accepted": ok,
                 "dead_lettered": bad,
-                "input_rows_per_s": line["input_rows_per_s"],
+                "records_per_s": line["processed_rows_per_s"],  # the input rate is 0 in a query's first batch
                 "duration_ms": line["duration_ms"],
             }
             topic = line["query"].removeprefix("siftstream-validation-")  # one query per input topic

@@ -206,7 +206,9 @@ def _spark_filters() -> dict[str, str]:
         for line in logs.SPARK_LOG4J2.read_text().splitlines()
         if line.strip() and not line.startswith("#")
     )
-    return {k.split(".")[1]: v for k, v in props.items() if k.startswith("filter.") and k.endswith(".regex")}
+    # a properties file escapes a backslash as two
+    filters = {k.split(".")[1]: v for k, v in props.items() if k.startswith("filter.") and k.endswith(".regex")}
+    return {k: v.replace("\\\\", "\\") for k, v in filters.items()}
 
 
 @pytest.mark.parametrize(
@@ -216,6 +218,9 @@ def _spark_filters() -> dict[str, str]:
         "Current batch is falling behind. The trigger interval is 5000} milliseconds, but spent 15676 milliseconds",
         "Stage 3 contains a task of very large size (1234 KiB). The maximum recommended task size is 1000 KiB.",
         "Unable to load native-hadoop library for your platform... using builtin-java classes where applicable",
+        "[queryId = 277d6] [batchId = 0] A job was submitted with scheduler pool qos, which has not been "
+        "configured. This can happen when the file that pools are read from isn't set",
+        "Failed to cancel job group 14d930cb-ab33-4d0a-91f7-03334dafaea1. Cannot find active jobs for it.",
     ],
 )
 def test_sparks_benign_messages_are_denied(message: str) -> None:
@@ -269,3 +274,27 @@ def test_a_config_file_after_the_log_flags_is_still_found(tmp_path: Path) -> Non
 
     argv = ["--log-level", "warning", "--config", str(tmp_path / "x.toml"), "serve"]
     assert config_path(argv, {}, tmp_path) == (tmp_path / "x.toml", True)
+
+
+def test_a_jvm_call_broken_off_by_ctrl_c_is_said_once_without_its_traceback(stream: io.StringIO) -> None:
+    benign = logs.setup("info", "text", stream)
+    for _ in range(2):
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                raise RuntimeError("An error occurred while calling o48.sc") from exc
+        except RuntimeError:
+            logging.exception("KeyboardInterrupt while sending command.")  # as py4j logs it
+    try:
+        raise ConnectionResetError("the JVM went away")
+    except ConnectionResetError:
+        logging.exception("Exception while sending command.")  # not a stop: shown with its traceback
+    lines = _lines(stream)
+    assert lines[0].endswith(
+        " INFO  root: a call into Spark's JVM was interrupted by the stop (Ctrl-C or SIGTERM); expected"
+    )
+    assert lines[1].endswith(" ERROR root: Exception while sending command.")
+    assert "ConnectionResetError: the JVM went away" in stream.getvalue()
+    assert "KeyboardInterrupt" not in stream.getvalue()
+    assert benign is not None and benign.hidden == {"interrupted-jvm-call": 1}
