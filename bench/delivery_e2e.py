@@ -316,7 +316,7 @@ def main() -> int:
     )
     ap.add_argument("--clients", type=int, default=4, help="real Subscriber clients beside the reader")
     ap.add_argument(
-        "--method", default="auto", help="channels job: re-clustering method (default: the job's, %(default)s)"
+        "--method", default="spectral-ncut", help="channels job: re-clustering method (default: the job's, %(default)s)"
     )
     ap.add_argument("--quick", action="store_true", help="5k subscriptions, 2,000 events/s for 15 s")
     ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting a broker")

@@ -1356,7 +1356,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--method",
         choices=["flooding", "exact", "ck", "ov", "kmeans", "spectral-rassoc", "spectral-ncut", "approx", "auto"],
-        default="auto",
+        default="spectral-ncut",
         help="re-clustering method, routing.channels.RECLUSTER_METHODS; auto keeps the fewest false positives "
         "among those run within --budget-ms (default: %(default)s)",
     )

@@ -94,6 +94,7 @@ from scipy.optimize import linear_sum_assignment
 
 from routing.channels import (
     DEFAULT_BUDGET_MS,
+    DEFAULT_METHOD,
     LOBBY,
     RECLUSTER_METHODS,
     Assignment,
@@ -126,8 +127,10 @@ class ChannelMonitorConfig:
     sample_events : int
         Matched events in the recent sample the waste is measured and re-clustered on.
     method : str
-        Re-clustering method, one of ``routing.channels.RECLUSTER_METHODS`` (default ``auto``:
-        the fewest false positives on the sample among the candidates run within ``budget_ms``).
+        Re-clustering method, one of ``routing.channels.RECLUSTER_METHODS`` (default
+        ``spectral-ncut``; ``auto`` keeps the fewest false positives on the sample among the
+        candidates run within ``budget_ms``, which can fit the sample more than the stream:
+        docs/results/delivery.md).
     drift : float
         Re-cluster only when the false positives, as a share of flooding's on the same sample,
         exceed their share right after the last re-clustering by more than this (absolute).
@@ -150,7 +153,7 @@ class ChannelMonitorConfig:
     k: int = 32
     psi: int = 20
     sample_events: int = 2000
-    method: str = "auto"
+    method: str = DEFAULT_METHOD
     drift: float = 0.05
     margin: float = 0.1
     min_interval_ms: int = 60_000

@@ -104,8 +104,7 @@ def test_channels_job_plans_reclusters_on_drift_and_resumes(
 
     [initial] = versions()
     assert (initial["version"], initial["stage"], initial["reason"]) == (1, "planned", "initial")
-    # auto (the default) keeps the first of the tied plans with no false positive that it ran
-    assert initial["method"] in ("exact", "approx") and initial["k"] == 2
+    assert initial["method"] == "spectral-ncut" and initial["k"] == 2
     assert sorted(c["subscription_ids"] for c in initial["channels"]) == [A, B]
     assert sorted(c["subscriber_ids"] for c in initial["channels"]) == [["user-a"], ["user-b"]]
     assert initial["waste_ratio"] == 0.0
