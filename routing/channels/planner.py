@@ -147,8 +147,9 @@ def recluster(
     order) and the attributes' ``domains``; without both they are refused (``auto`` skips them).
     ``spectral-ncut``, the default, runs its sparse form from :data:`SPARSE_NCUT_FROM`
     subscriptions; ``kmeans``, ``spectral-rassoc`` and ``ov`` are refused beyond
-    :data:`DENSE_SIMILARITY_LIMIT` (``auto`` skips them there). Returns the labels and the method
-    that made them.
+    :data:`DENSE_SIMILARITY_LIMIT`, and ``auto`` leaves them out from :data:`SPARSE_NCUT_FROM`
+    (the budget is checked between candidates, and one of them alone takes many times it there).
+    Returns the labels and the method that made them.
 
     >>> hits = np.array([[1, 0], [1, 0], [0, 1]], dtype=bool)
     >>> labels, used = recluster(hits, ("a", "b", "c"), 2, "approx")
@@ -195,6 +196,8 @@ def recluster(
     for candidate in AUTO_RUN_ORDER:
         if candidate not in AUTO_BASELINES and (time.perf_counter() - started) * 1000 > budget_ms:
             break
+        if candidate in dense_only and len(ids) >= SPARSE_NCUT_FROM:
+            continue  # one dense N x N candidate alone would outlast any budget (8,000: ~15 s)
         try:
             refuse_dense(candidate)
             labels = run_method(prep, candidate)
