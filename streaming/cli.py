@@ -1459,6 +1459,8 @@ def _setup_logs(args: argparse.Namespace, environ: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from confluent_kafka import KafkaException  # a client error ends a command with its reason, not a traceback
+
     raw = list(argv) if argv is not None else sys.argv[1:]
     parser = build_parser()
     try:
@@ -1483,11 +1485,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
-    except (RuntimeError, TimeoutError, ValueError, FileNotFoundError) as exc:
+    except (RuntimeError, TimeoutError, ValueError, FileNotFoundError, KafkaException) as exc:
+        message = str(exc)
+        if isinstance(exc, KafkaException) and exc.args and hasattr(exc.args[0], "str"):
+            message = f"the Kafka cluster: {exc.args[0].str()}"  # not KafkaError{code=...,val=...}
         if logs.current()[1] == "json":  # stderr stays JSON Lines
-            logs.get("cli").error(str(exc))
+            logs.get("cli").error(message)
         else:
-            print(f"siftstream: error: {exc}", file=sys.stderr)
+            print(f"siftstream: error: {message}", file=sys.stderr)
         return 2
 
 

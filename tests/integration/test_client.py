@@ -509,3 +509,22 @@ def test_clients_through_the_matching_jobs_delivery_stage(
         subscriber.close()
     receipts = read_topic(kafka_conn, topic_prefix + RECEIPTS_TOPIC, "Receipt")
     assert len(receipts) == s_cheap.counters.yielded + s_dear.counters.yielded
+
+
+def test_a_kafka_client_error_ends_a_command_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command that meets an unreachable cluster exits 2 with the client's reason in one line."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from streaming import cli
+
+    def unreachable(args: object) -> int:
+        raise KafkaException(
+            KafkaError(KafkaError._TRANSPORT, "Failed to get metadata: Local: Broker transport failure")
+        )
+
+    monkeypatch.setattr(cli, "cmd_deadletter", unreachable)
+    assert cli.main(["deadletter", "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "siftstream: error: the Kafka cluster: Failed to get metadata" in err and "Traceback" not in err
