@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infra.connection import KafkaConnection
-from routing.matching.table import SubscriptionRecord, plan_change
+from routing.matching.table import plan_change
 from routing.monitors.routes import PlannerConfig, RoutePlanner
 from schemas.codec import codec_for
 from schemas.topics import (
@@ -35,7 +35,15 @@ from schemas.topics import (
     TOPICS,
     TOPOLOGY_TOPIC,
 )
-from streaming.driver_batch import BatchStats, DriverBatch, column, good_rows, link_samples, topology_changes
+from streaming.driver_batch import (
+    BatchStats,
+    DriverBatch,
+    column,
+    good_rows,
+    link_samples,
+    subscription_records,
+    topology_changes,
+)
 from streaming.session import await_query
 
 if TYPE_CHECKING:
@@ -88,15 +96,8 @@ def subscription_changes(table: Any, idx: np.ndarray) -> list[tuple[str, str | N
     the matching job's rules (``routing.matching.table.plan_change``: tombstones and unsubscribes
     remove, composites are not atomic, invalid filters are skipped here)."""
     out: list[tuple[str, str | None, str | None, str | None]] = []
-    for r in table.take(idx).to_pylist():
-        rec = SubscriptionRecord(
-            key=r["key_text"],
-            tombstone=bool(r["tombstone"]),
-            op=r["s_op"],
-            subscription_id=r["s_id"],
-            filter=r["s_filter"],
-            composite=r["s_composite"],
-        )
+    rows = table.take(idx).to_pylist()
+    for r, rec in zip(rows, subscription_records(rows), strict=True):
         change = plan_change(rec).change
         if change is not None:
             out.append((change[0], r["s_subscriber"], r["s_broker"], change[1]))

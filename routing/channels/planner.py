@@ -178,7 +178,7 @@ def recluster(
     prep = PreparedInstance(inst, hits)
     dense_only = ("kmeans", "spectral-rassoc", "ov")
 
-    def refuse_dense(candidate: str) -> None:
+    def refuse_if_not_applicable(candidate: str) -> None:
         if candidate in ("ck", "ov") and (not filters or not domains):
             raise ChannelError(f"{candidate} needs the subscriptions' filters and the attributes' domains")
         if candidate in dense_only and len(ids) > DENSE_SIMILARITY_LIMIT:
@@ -189,7 +189,7 @@ def recluster(
             )
 
     if method != "auto":
-        refuse_dense(method)
+        refuse_if_not_applicable(method)
         return run_method(prep, method), method
     started = time.perf_counter()
     best: tuple[int, str, npt.NDArray[np.int64]] | None = None
@@ -199,7 +199,7 @@ def recluster(
         if candidate in dense_only and len(ids) >= SPARSE_NCUT_FROM:
             continue  # one dense N x N candidate alone would outlast any budget (8,000: ~15 s)
         try:
-            refuse_dense(candidate)
+            refuse_if_not_applicable(candidate)
             labels = run_method(prep, candidate)
         except (ExactLimitError, ChannelError):
             continue
