@@ -32,7 +32,7 @@ run: jars
 serve: jars
 	$(BIN)/siftstream serve --demo
 
-## every test: unit, Spark, Kafka integration and standalone-cluster tiers (services start and stop inside)
+## every test: unit, Spark, Kafka integration, standalone-cluster and fault tiers (services start and stop inside)
 test: jars
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

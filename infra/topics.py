@@ -12,7 +12,10 @@ __all__ = ["ensure_topics"]
 
 
 def ensure_topics(
-    conn: KafkaConnection, prefix: str = "", replication: int = 1, specs: tuple[TopicSpec, ...] | None = None
+    conn: KafkaConnection,
+    prefix: str = "",
+    replication: int | None = None,
+    specs: tuple[TopicSpec, ...] | None = None,
 ) -> list[str]:
     """Create the topics that do not exist yet; return one line per topic saying what happened.
 
@@ -22,11 +25,16 @@ def ensure_topics(
         The cluster.
     prefix : str
         Prepended to every topic name (tests give each test its own topics this way).
-    replication : int
-        Replication factor for new topics (1 on the local single-node broker).
+    replication : int, optional
+        Replication factor for new topics; by default the cluster's own ``default.replication.factor``
+        (Kafka's -1): 1 on the local single broker, 3 on the local 3-node cluster
+        (docs/guide/faults.md). With a node of three down, creation is refused rather than made with
+        fewer replicas.
     """
     admin = AdminClient(conn.confluent())
     existing = admin.list_topics(timeout=15).topics
+    if replication is None:
+        replication = -1
     wanted = specs if specs is not None else tuple(TOPICS.values())
     new = [
         NewTopic(prefix + t.name, t.partitions, replication, config=t.config())

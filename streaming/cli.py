@@ -36,7 +36,26 @@ def _broker_cfg(args: argparse.Namespace) -> Any:
 
 
 def _local_bootstrap(args: argparse.Namespace) -> str:
+    """The local broker, or every node of the local cluster (``infra up --brokers N``) whose first
+    port is ``--port``, so that a client starts even while one node is down."""
+    from infra.kafka import read_cluster
+
+    cluster = read_cluster(_home(args) / "kafka-cluster")
+    if cluster is not None and cluster.port == args.port:
+        return cluster.bootstrap
     return f"127.0.0.1:{args.port}"
+
+
+def _kafka_cluster_cfg(args: argparse.Namespace) -> Any:
+    """``--brokers N`` nodes: client ports from ``--port`` up, controller ports from
+    ``--controller-port`` up, or from ``--port`` + N when those two runs would overlap (the defaults
+    9092 and 9093 do)."""
+    from infra.kafka import KafkaClusterConfig
+
+    n, port, controller = args.brokers, args.port, args.controller_port
+    if not (controller >= port + n or controller + n <= port):
+        controller = port + n
+    return KafkaClusterConfig(home=_home(args) / "kafka-cluster", brokers=n, port=port, controller_port=controller)
 
 
 def connection(args: argparse.Namespace) -> KafkaConnection:
@@ -105,12 +124,17 @@ def cmd_infra(args: argparse.Namespace) -> int:
         if args.bootstrap_servers:
             print(f"using the cluster at {args.bootstrap_servers}; nothing local is started")
             return 0
-        print(kafka.up(_broker_cfg(args), _jars(args)))
+        if args.brokers > 1:
+            print(kafka.cluster_up(_kafka_cluster_cfg(args), _jars(args)))
+        else:
+            print(kafka.up(_broker_cfg(args), _jars(args)))
     elif action == "down":
         print(kafka.down(_broker_cfg(args)))
+        cluster = kafka.read_cluster(_home(args) / "kafka-cluster")
+        if cluster is not None:
+            print(kafka.cluster_down(cluster))
     elif action == "status":
-        print(kafka.status(_broker_cfg(args)))
-        print(spark_cluster.status(_cluster_cfg(args)))
+        return _infra_status(args)
     elif action == "topics":
         for line in ensure_topics(connection(args), args.topic_prefix, args.replication):
             print(line)
@@ -118,6 +142,34 @@ def cmd_infra(args: argparse.Namespace) -> int:
         print(spark_cluster.up(_cluster_cfg(args)))
     elif action == "spark-down":
         print(spark_cluster.down(_cluster_cfg(args)))
+    return 0
+
+
+def _infra_status(args: argparse.Namespace) -> int:
+    """The local broker and cluster nodes (``--json``: one object per node with its node id, port,
+    controller port and pid, for anyone who wants to kill one) and the Spark cluster."""
+    from infra import kafka, spark_cluster
+
+    single = _broker_cfg(args)
+    cluster = kafka.read_cluster(_home(args) / "kafka-cluster")
+    if args.json:
+        brokers = [b for b in [kafka.broker_status(single)] if b["pid"] is not None]
+        if cluster is not None:
+            brokers += kafka.cluster_status(cluster)
+        doc = {
+            "cluster": None if cluster is None else {"bootstrap": cluster.bootstrap, "brokers": cluster.brokers},
+            "brokers": brokers,
+            "active_controller": None if cluster is None else kafka.quorum_leader(cluster),
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(kafka.status(single))
+    if cluster is not None:
+        for node in kafka.cluster_status(cluster):
+            state = "stopped" if node["pid"] is None else f"running (pid {node['pid']})"
+            where = f"127.0.0.1:{node['port']}, controller port {node['controller_port']}"
+            print(f"Kafka cluster node {node['node_id']} {state} at {where}")
+    print(spark_cluster.status(_cluster_cfg(args)))
     return 0
 
 
@@ -1206,8 +1258,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["up", "down", "status", "topics", "jars", "spark-up", "spark-down"])
     _common(p)
     p.add_argument(
-        "--replication", type=int, default=1, help="replication factor for new topics (default: %(default)s)"
+        "--replication",
+        type=int,
+        help="replication factor for new topics (default: the cluster's own, 1 on one broker, 3 on --brokers 3)",
     )
+    p.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="up: start a KRaft cluster of this many broker+controller nodes under HOME/kafka-cluster, client "
+        "ports from --port up, controller ports from --controller-port up (from --port + N if they would overlap); "
+        "replication factor 3, min.insync.replicas 2, a 512 MiB heap per node (docs/guide/faults.md). "
+        "down and status find the cluster themselves (default: %(default)s, the single broker)",
+    )
+    p.add_argument("--json", action="store_true", help="status: one JSON object per broker (node id, ports, pid)")
     p.add_argument("--spark-port", type=int, default=7077, help="standalone master port (default: %(default)s)")
     p.add_argument("--spark-webui-port", type=int, default=18080, help="master web UI port; the worker's is +1")
     p.set_defaults(func=cmd_infra)

@@ -1,5 +1,6 @@
 """Shared fixtures. Tiers by directory: unit (pure), spark (local SparkSession), integration
-(the real Kafka broker that this test run starts on free ports and stops at the end)."""
+(the real Kafka broker that this test run starts on free ports and stops at the end), faults
+(a 3-node Kafka cluster of their own, with nodes killed and restarted: tests/faults/conftest.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.spark)
         if "integration" in parts:
             item.add_marker(pytest.mark.kafka)
+        if "faults" in parts:
+            item.add_marker(pytest.mark.faults)
 
 
 @pytest.fixture(scope="session")

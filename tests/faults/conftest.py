@@ -1,0 +1,23 @@
+"""The fault tier: a 3-node KRaft cluster on free loopback ports, started once for the tier's
+tests and stopped at the end (docs/guide/faults.md). Each test may kill and restart nodes; it
+leaves every node running again when it ends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from infra.connection import KafkaConnection
+from infra.kafka import KafkaClusterConfig
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(
+    jars, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[KafkaConnection, KafkaClusterConfig]]:  # type: ignore[no-untyped-def]
+    from infra import kafka
+
+    with kafka.cluster_or(None, jars, home=tmp_path_factory.mktemp("kafka-cluster"), brokers=3) as (conn, cluster):
+        assert cluster is not None
+        yield conn, cluster
