@@ -5,7 +5,10 @@ The overlay is a cyclic broker graph with clients. Matches arrive at steady, kno
 must write one feasible plan that serves every interest at the right cost (checked against an
 instance built here from the known rates), send broken records to the dead-letter topic without
 losing valid ones, and, after a restart from its checkpoint, re-plan once when a flow's rate
-triples (and not before), continuing the version numbers.
+triples (and not before), continuing the version numbers. Two links carry policies that the
+unconstrained plan would break (an event id on one, a publisher on another): every plan record the
+job writes passes ``routing.planning.policy.check_policy``, the policy check written apart from the
+planner, against the topology read back from its topic.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
 from routing.monitors.routes import PlannerConfig
 from routing.planning.check import check_plan
+from routing.planning.distribution import plan as make_plan
 from routing.planning.model import Instance, Plan
+from routing.planning.policy import check_policy
 from routing.planning.topology import attach_clients, flat_random
 from schemas.codec import codec_for
 from streaming.readers import read_topic
@@ -74,9 +79,14 @@ def send(conn: KafkaConnection, prefix: str, topic: str, schema: str, records: l
     assert not writer.flush().failed
 
 
-def expected_instance(topo: Any, rates: dict[tuple[str, str], float]) -> Instance:
+def expected_instance(
+    topo: Any, rates: dict[tuple[str, str], float], policy: dict[str, list[str]] | None = None
+) -> Instance:
+    """The MICPICE instance of the overlay at ``rates``; ``policy``: link id -> forbidden event or
+    publisher ids (the topology records' ``forbidden_events``)."""
     subs = {s["subscription_id"]: s for s in subscriptions(topo)}
     events = {f"{p}|{t}": (p, r) for (p, t), r in rates.items()}
+    policy = policy or {}
     return Instance.from_json(
         {
             "nodes": [{"id": n.id, "role": n.role} for n in topo.nodes],
@@ -88,15 +98,49 @@ def expected_instance(topo: Any, rates: dict[tuple[str, str], float]) -> Instanc
                 for e in events
                 if e.split("|", 1)[1] == s["filter"]
             ],
+            "forbidden": [
+                {"from": k.src, "to": k.dst, "event": e}
+                for k in topo.links
+                for e in events
+                if {e, e.split("|", 1)[0]} & set(policy.get(f"{k.src}->{k.dst}", ()))
+            ],
         }
     )
+
+
+BOOSTED = {**RATES, ("p1", "price < 50"): 16 / 3}
+
+
+def binding_policy(topo: Any) -> tuple[dict[str, list[str]], Plan]:
+    """Forbid, on two broker links that the unconstrained plan uses, one of the events it sends
+    there (by event id) and another one's publisher, keeping every interest servable at both rate
+    sets; return the policy and that unconstrained plan."""
+    free = make_plan(expected_instance(topo, RATES), "enhanced")
+    brokers = {n.id for n in topo.nodes if n.role == "broker"}
+    policy: dict[str, list[str]] = {}
+    for u, v, e in free.transmissions:
+        key = f"{u}->{v}"
+        if u not in brokers or v not in brokers or key in policy:
+            continue
+        trial = {**policy, key: [e if not policy else e.split("|", 1)[0]]}
+        if not any(expected_instance(topo, r, trial).infeasibility() for r in (RATES, BOOSTED)):
+            policy = trial
+        if len(policy) == 2:
+            return policy, free
+    raise AssertionError(f"no binding policy keeps the overlay feasible: {free.transmissions}")
+
+
+def topology_records(topo: Any, policy: dict[str, list[str]]) -> list[dict[str, Any]]:
+    return [{**r, "forbidden_events": policy.get(r["element_id"], [])} for r in topo.topology_records()]
 
 
 def test_routes_job_plans_replans_on_sustained_drift_and_resumes(
     spark: Any, kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
 ) -> None:
     topo = overlay()
-    send(kafka_conn, topic_prefix, "siftstream.topology.v1", "TopologyElement", topo.topology_records(), "element_id")
+    policy, free = binding_policy(topo)
+    records = topology_records(topo, policy)
+    send(kafka_conn, topic_prefix, "siftstream.topology.v1", "TopologyElement", records, "element_id")
     send(
         kafka_conn, topic_prefix, "siftstream.subscriptions.v1", "Subscription", subscriptions(topo), "subscription_id"
     )
@@ -126,7 +170,7 @@ def test_routes_job_plans_replans_on_sustained_drift_and_resumes(
     )
     history = run(spark, cfg, quiet=True)
     assert sum(b.dead_letters for b in history) == 2
-    valid = len(first) + len(links) + len(topo.topology_records()) + len(FILTERS)
+    valid = len(first) + len(links) + len(records) + len(FILTERS)
     assert sum(sum(b.records.values()) for b in history) == valid  # every valid record was read
     dead = read_topic(kafka_conn, topic_prefix + "siftstream.deadletter.v1", "DeadLetter")
     assert len(dead) == 2 and "bad_framing" in {d.value["error_code"] for d in dead}
@@ -135,7 +179,7 @@ def test_routes_job_plans_replans_on_sustained_drift_and_resumes(
     assert [p["version"] for p in plans] == [1]  # steady rates: one plan, no flapping
     plan = plans[0]
     assert plan["feasible"] and plan["reasons"] == ["first plan"] and plan["method"] == "enhanced"
-    verdict = check_plan(expected_instance(topo, RATES), Plan.from_json(plan), tol=0.02)
+    verdict = check_plan(expected_instance(topo, RATES, policy), Plan.from_json(plan), tol=0.02)
     assert verdict.ok, verdict.problems
 
     # restart on the same checkpoint; p1's price flow triples from 120 s on
@@ -152,6 +196,15 @@ def test_routes_job_plans_replans_on_sustained_drift_and_resumes(
         assert any("rate of p1|price < 50 moved" in r for r in replan["reasons"])
         assert replan["previous_cost"] is not None and replan["cost"] > plan["cost"]
     last = plans[2]
-    rates = {**RATES, ("p1", "price < 50"): 16 / 3}
-    verdict = check_plan(expected_instance(topo, rates), Plan.from_json(last), tol=0.02)
+    verdict = check_plan(expected_instance(topo, BOOSTED, policy), Plan.from_json(last), tol=0.02)
     assert verdict.ok, verdict.problems
+
+    # policy safety over every plan record the job wrote, against the topology as its topic holds it
+    topology = [
+        (r.key.decode(), r.value)
+        for r in read_topic(kafka_conn, topic_prefix + "siftstream.topology.v1", "TopologyElement")
+        if r.key is not None
+    ]
+    safety = check_policy(topology, plans)
+    assert safety.ok and safety.plans == 3, safety.violations
+    assert not check_policy(topology, [{"version": 0, **free.to_json()}]).ok  # the policy binds
