@@ -89,6 +89,7 @@ from routing.channels import (
     recent_windows,
     recluster,
 )
+from routing.channels.match_sets import false_positives
 from routing.channels.methods import (
     _distinct_rows,
     approx,
@@ -165,6 +166,24 @@ def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
     return best, out
 
 
+def method_runners(
+    hits: Any, sim: Any, ov_w: Any, inst: ChannelInstance, k: int, seed: int, distinct: int
+) -> dict[str, Callable[[], Any]]:
+    """Each bounded method on one shared match matrix, similarity J and overlap O (``exact``: None
+    beyond its limit)."""
+    ids, filters, domains = inst.subscription_ids, inst.filters, inst.domains
+    return {
+        "flooding": lambda: flooding(len(ids)),
+        "exact": lambda: exact(hits, k, ids) if distinct <= EXACT_LIMIT else None,
+        "ck": lambda: ck(filters, domains, k, ids, seed),
+        "ov": lambda: spectral_ncut(hits, ov_w, k, ids, seed),
+        "kmeans": lambda: kmeans_on_rows(sim, k, ids, seed),
+        "spectral-rassoc": lambda: spectral_rassoc(hits, sim, k, ids, seed),
+        "spectral-ncut": lambda: spectral_ncut(hits, sim, k, ids, seed),
+        "approx": lambda: approx(hits, k, ids),
+    }
+
+
 def fp_workload(name: str, args: argparse.Namespace, wins: dict[str, int], worse_count: list[int]) -> int:
     """Part 1 for one workload: a line per K; adds to ``wins`` and, where the job's choice has more
     FP than ck, ov or approx, to ``worse_count[0]``; returns the number of instances."""
@@ -189,16 +208,7 @@ def fp_workload(name: str, args: argparse.Namespace, wins: dict[str, int], worse
     for k in args.ks:
         fps: dict[str, int | None] = {}
         secs: dict[str, float] = {}
-        runners: dict[str, Callable[[], Any]] = {
-            "flooding": lambda: flooding(len(ids)),
-            "exact": lambda k=k: exact(hits, k, ids) if distinct <= EXACT_LIMIT else None,
-            "ck": lambda k=k: ck(filters, domains, k, ids, args.seed),
-            "ov": lambda k=k: spectral_ncut(hits, ov_w, k, ids, args.seed),
-            "kmeans": lambda k=k: kmeans_on_rows(sim, k, ids, args.seed),
-            "spectral-rassoc": lambda k=k: spectral_rassoc(hits, sim, k, ids, args.seed),
-            "spectral-ncut": lambda k=k: spectral_ncut(hits, sim, k, ids, args.seed),
-            "approx": lambda k=k: approx(hits, k, ids),
-        }
+        runners = method_runners(hits, sim, ov_w, base, k, args.seed, distinct)
         for m in METHODS:
             secs[m], labels = timed(runners[m])
             fps[m] = None if labels is None else plan_metrics(hits, labels).false_positives
@@ -247,6 +257,129 @@ def part_fp(args: argparse.Namespace) -> None:
     tally = ", ".join(f"{m} {wins[m]}" for m in METHODS)
     print(f"== fewest FP over {instances} instances (ties count for each): {tally}")
     print(f"== the channels job's choice had more FP than ck, ov or approx on {worse[0]} of {instances} instances")
+
+
+def later_metrics(later: Any, labels: Any) -> tuple[int, int, int, int]:
+    """FP, deliveries D, writes W and matched events of ``labels`` on the later events ``later`` (csr)."""
+    from scipy import sparse
+
+    fp = false_positives(later, labels)
+    _, channel = np.unique(labels, return_inverse=True)
+    member = sparse.csr_matrix((np.ones(len(labels), dtype=np.float32), (channel, np.arange(len(labels)))))
+    writes = int(((member @ later) > 0).sum())
+    return fp, fp + int(later.nnz), writes, int((later.getnnz(axis=0) > 0).sum())
+
+
+def oos_workload(name: str, args: argparse.Namespace, wins: dict[str, int], tally: dict[str, int]) -> int:
+    """``--oos`` for one workload: every method fitted on the first ``--events`` events of the stream
+    and scored on the next ``--oos-events``; ``auto`` judged on the sample as before (``in-sample``:
+    the candidate with the fewest FP on the events it was fitted to) and as now (``held-out``:
+    ``recluster(..., "auto")``, fitted on the sample's older 75% and judged on its newest 25%)."""
+    from scipy import sparse
+
+    w, doms, desc = workload(name, args.subs, args.seed)
+    whole = instance(w, doms, args.events + args.oos_events, 1, args.psi, args.seed)
+    all_hits = derive_hits(whole.filters, whole.events)
+    hits = np.ascontiguousarray(all_hits[:, : args.events])
+    later = sparse.csr_matrix(all_hits[:, args.events :], dtype=np.float32)
+    sim = jaccard(recent_windows(hits, args.psi))
+    ids, filters, domains = whole.subscription_ids, whole.filters, whole.domains
+    ov_w = overlap(filters, domains)
+    distinct = len(_distinct_rows(hits)[0])
+    print(
+        f"-- {desc}; fitted on events 1..{args.events} ({int(hits.sum())} matches), scored on the next "
+        f"{args.oos_events} ({int(later.nnz)} matches)"
+    )
+    methods = [m for m in METHODS if m != "exact" or distinct <= EXACT_LIMIT]
+    header = " ".join(f"{SHORT[m]:>8}" for m in methods)
+    print(f"   {'K':>3} {header} | {'in-sample auto':<24} | {'held-out auto (job)':<28} | later FP vs ck/ov")
+    for k in args.ks:
+        runners = method_runners(hits, sim, ov_w, whole, k, args.seed, distinct)
+        labels = {m: runners[m]() for m in methods}
+        inside = {m: false_positives(hits, labels[m]) for m in methods}
+        after = {m: false_positives(later, labels[m]) for m in methods}
+        old = min(methods, key=lambda m: (inside[m], METHODS.index(m)))
+        job_labels, job = recluster(hits, ids, k, "auto", args.psi, args.seed, filters=filters, domains=domains)
+        job_fp = false_positives(later, job_labels)
+        best = min(after.values())
+        for m in methods:
+            wins[m] += after[m] == best
+        tally["instances"] += 1
+        tally["old_best"] += after[old] == best
+        tally["new_best"] += job_fp == best
+        worse = [m for m in ("ck", "ov", "approx") if job_fp > after[m]]
+        tally["worse"] += bool(worse)
+        tally["old_worse"] += any(after[old] > after[m] for m in ("ck", "ov", "approx"))
+        cells = " ".join(f"{after[m]:>8}" for m in methods)
+        flag = f"  WORSE than {', '.join(worse)}" if worse else ""
+        print(
+            f"   {k:>3} {cells} | {old + ' ' + str(after[old]):<24} | {job + ' ' + str(job_fp):<28} | "
+            f"ncut {reduction(after['spectral-ncut'], after['ck'])}/{reduction(after['spectral-ncut'], after['ov'])}"
+            f" rassoc {reduction(after['spectral-rassoc'], after['ck'])}/"
+            f"{reduction(after['spectral-rassoc'], after['ov'])}  [{name}]{flag}"
+        )
+    return len(args.ks)
+
+
+def part_oos(args: argparse.Namespace) -> None:
+    print(
+        f"== false positives out of sample: {args.subs} subs, fit on {args.events} events, scored on the next "
+        f"{args.oos_events}; psi={args.psi}, K in {args.ks}, seed {args.seed}"
+    )
+    wins = dict.fromkeys(METHODS, 0)
+    tally = dict.fromkeys(("instances", "old_best", "new_best", "worse", "old_worse"), 0)
+    for name in args.workloads:
+        oos_workload(name, args, wins, tally)
+    n = tally["instances"]
+    tallied = ", ".join(f"{m} {wins[m]}" for m in METHODS)
+    print(f"== fewest later FP over {n} instances (ties count for each): {tallied}")
+    print(
+        f"== in-sample auto: fewest later FP on {tally['old_best']} of {n}, worse than ck, ov or approx on "
+        f"{tally['old_worse']}; held-out auto (the job's): fewest on {tally['new_best']} of {n}, "
+        f"worse on {tally['worse']}"
+    )
+
+
+def part_job_check(args: argparse.Namespace) -> None:
+    """``--job-check``: auto's choice at the channels job's scale, offline: Gryphon 0.88, ``--job-subs``
+    subscriptions, a sample of the first 2,000 matched events (the job's ``sample_events``), K = 32,
+    every candidate scored on the ``--oos-events`` matched events that follow; once per ``--job-seeds``."""
+    for seed in args.job_seeds:
+        job_check_seed(args, seed)
+
+
+def job_check_seed(args: argparse.Namespace, seed: int) -> None:
+    """One ``--job-check`` reading: the workload, the sample and the k-means all drawn from ``seed``."""
+    from scipy import sparse
+
+    k, size = 32, 2000
+    w, _, desc = workload("Gryphon 0.88", args.job_subs, seed)
+    inst = instance(w, {}, int((size + args.oos_events) * 1.1), k, args.psi, seed)
+    t_hits, all_hits = timed(lambda: derive_hits(inst.filters, inst.events))
+    all_hits = all_hits[:, all_hits.any(axis=0)]  # the matches topic: events some subscription matched
+    hits = np.ascontiguousarray(all_hits[:, :size])
+    later = sparse.csr_matrix(all_hits[:, size : size + args.oos_events], dtype=np.float32)
+    ids = inst.subscription_ids
+    blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
+    print(
+        f"== auto at the job's scale: {desc}; sample = the first {size} matched events ({int(hits.sum())} matches), "
+        f"later = the next {later.shape[1]} ({int(later.nnz)} matches); K={k}, psi={args.psi}, seed {seed}; "
+        f"hits {t_hits:.1f}s; OPENBLAS_NUM_THREADS={blas}"
+    )
+    print(f"   {'method':<22} {'time s':>7} {'sample FP':>11} {'later FP':>11} {'later D':>11} {'channels/event':>14}")
+    sample_fp: dict[str, int] = {}
+    for method in ("flooding", "approx", "spectral-ncut", "auto"):
+        t, (labels, used) = timed(lambda m=method: recluster(hits, ids, k, m, args.psi, seed))
+        fp, d, writes, matched = later_metrics(later, labels)
+        if method != "auto":
+            sample_fp[method] = false_positives(hits, labels)
+        name = method if method != "auto" else f"auto -> {used}"
+        print(
+            f"   {name:<22} {t:>7.2f} {false_positives(hits, labels):>11} {fp:>11} {d:>11} "
+            f"{writes / max(matched, 1):>14.1f}"
+        )
+    old = min(sample_fp, key=lambda m: (sample_fp[m], METHODS.index(m)))
+    print(f"   (auto judged on the sample it fits, as before, would choose {old}; no domains, as the e2e bench runs)")
 
 
 def part_time(args: argparse.Namespace) -> None:
@@ -397,6 +530,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-time", action="store_true", help="only the FP part")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run of seconds)")
     ap.add_argument(
+        "--oos", action="store_true", help="only the out-of-sample FP part (fit on a sample, score on later events)"
+    )
+    ap.add_argument("--oos-events", type=int, default=3000, help="--oos/--job-check: later events scored")
+    ap.add_argument("--job-check", action="store_true", help="only auto's choice at the job's scale (see above)")
+    ap.add_argument("--job-subs", type=int, default=100_000, help="--job-check: subscriptions")
+    ap.add_argument("--job-seeds", default="0", help="--job-check: seeds (comma list), one reading each")
+    ap.add_argument(
         "--scale-workload",
         default="Gryphon 0.88",
         choices=("WL1", "WL2", "WL2 hot", "Gryphon 0.78", "Gryphon 0.88"),
@@ -413,10 +553,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.subs, args.events, args.ks = 200, 600, "8,16"
         args.scale_sizes, args.scale_events, args.placements = "500,1000", 500, 50
+        args.oos_events, args.job_subs = 600, 5000
     args.ks = [int(x) for x in str(args.ks).split(",")]
     args.scale_sizes = [int(x) for x in str(args.scale_sizes).split(",")]
+    args.job_seeds = [int(x) for x in str(args.job_seeds).split(",")]
     args.workloads = ("WL1", "WL2", "WL2 hot", "Gryphon 0.78", "Gryphon 0.88")
     started = time.perf_counter()
+    if args.oos or args.job_check:
+        if args.oos:
+            part_oos(args)
+        if args.job_check:
+            part_job_check(args)
+        print(f"== total {time.perf_counter() - started:.0f} s")
+        return 0
     if args.scale:
         part_scale(args)
         print(f"== total {time.perf_counter() - started:.0f} s")

@@ -44,6 +44,7 @@ __all__ = [
     "PlanMetrics",
     "derive_hits",
     "derive_hits_by_filters",
+    "false_positives",
     "plan_metrics",
     "plan_metrics_by_sets",
 ]
@@ -168,6 +169,35 @@ def plan_metrics(hits: BoolMatrix, labels: Labels) -> PlanMetrics:
         ideal_groups=len({col.tobytes() for col in cols}),
         channels=tuple(channels),
     )
+
+
+def false_positives(hits: Any, labels: Labels) -> int:
+    """FP = Σ_c |S_c| |U_c| − T of ``labels`` alone, without the other metrics of :func:`plan_metrics`.
+
+    What ``auto`` scores every candidate with (on the whole sample and on its held-out events), so
+    it must stay cheap at 100,000 subscriptions: the carried sets U_c are one sparse product of the
+    channel-membership matrix with ``hits`` (counts > 0), where :func:`plan_metrics` loops over the
+    channels and adds precision, writes and the ideal counts. ``hits`` is the dense bool matrix or
+    a :class:`scipy.sparse.csr_matrix` of it (built once, it serves every candidate). Equal to
+    ``plan_metrics(hits, labels).false_positives`` (its oracle; a parity test).
+
+    >>> hits = np.array([[1, 0, 0, 0, 0], [1, 1, 1, 0, 0], [0, 1, 1, 0, 1], [0, 0, 1, 0, 1]], dtype=bool)
+    >>> false_positives(hits, np.array([0, 0, 1, 1])), false_positives(hits, np.zeros(4, dtype=np.int64))
+    (3, 7)
+    """
+    from scipy import sparse
+
+    matrix = sparse.csr_matrix(hits, dtype=np.float32)
+    matrix.eliminate_zeros()
+    labels = np.asarray(labels, dtype=np.int64)
+    n = len(labels)
+    if n == 0 or matrix.shape[1] == 0:
+        return 0
+    used, channel = np.unique(labels, return_inverse=True)
+    member = sparse.csr_matrix((np.ones(n, dtype=np.float32), (channel, np.arange(n))), shape=(len(used), n))
+    widths = np.asarray(((member @ matrix) > 0).sum(axis=1)).ravel()
+    sizes = np.bincount(channel, minlength=len(used))
+    return int((sizes.astype(np.int64) * widths.astype(np.int64)).sum()) - int(matrix.nnz)
 
 
 def plan_metrics_by_sets(hits: BoolMatrix, labels: Labels) -> PlanMetrics:
