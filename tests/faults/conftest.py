@@ -18,6 +18,8 @@ def kafka_cluster(
 ) -> Iterator[tuple[KafkaConnection, KafkaClusterConfig]]:  # type: ignore[no-untyped-def]
     from infra import kafka
 
-    with kafka.cluster_or(None, jars, home=tmp_path_factory.mktemp("kafka-cluster"), brokers=3) as (conn, cluster):
+    # HOME/kafka-cluster, as `siftstream infra ... --home HOME` finds it
+    home = tmp_path_factory.mktemp("faults") / "kafka-cluster"
+    with kafka.cluster_or(None, jars, home=home, brokers=3) as (conn, cluster):
         assert cluster is not None
         yield conn, cluster
