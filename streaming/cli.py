@@ -49,7 +49,16 @@ def _local_bootstrap(args: argparse.Namespace) -> str:
 def _kafka_cluster_cfg(args: argparse.Namespace) -> Any:
     """``--brokers N`` nodes: client ports from ``--port`` up, controller ports from
     ``--controller-port`` up, or from ``--port`` + N when those two runs would overlap (the defaults
-    9092 and 9093 do)."""
+    9092 and 9093 do).
+
+    >>> c = _kafka_cluster_cfg(build_parser().parse_args(["infra", "up", "--brokers", "3"]))
+    >>> [(n.node_id, n.port, n.controller_port) for n in c.nodes()]
+    [(1, 9092, 9095), (2, 9093, 9096), (3, 9094, 9097)]
+    >>> args = ["infra", "up", "--brokers", "3", "--controller-port", "19093"]
+    >>> c = _kafka_cluster_cfg(build_parser().parse_args(args))
+    >>> c.nodes()[2].controller_port, c.home.name
+    (19095, 'kafka-cluster')
+    """
     from infra.kafka import KafkaClusterConfig
 
     n, port, controller = args.brokers, args.port, args.controller_port
