@@ -37,11 +37,11 @@ def _broker_cfg(args: argparse.Namespace) -> Any:
 
 def _local_bootstrap(args: argparse.Namespace) -> str:
     """The local broker, or every node of the local cluster (``infra up --brokers N``) whose first
-    port is ``--port``, so that a client starts even while one node is down."""
-    from infra.kafka import read_cluster
+    port is ``--port`` while any node of it runs, so that a client starts even while one is down."""
+    from infra.kafka import cluster_status, read_cluster
 
     cluster = read_cluster(_home(args) / "kafka-cluster")
-    if cluster is not None and cluster.port == args.port:
+    if cluster is not None and cluster.port == args.port and any(n["pid"] for n in cluster_status(cluster)):
         return cluster.bootstrap
     return f"127.0.0.1:{args.port}"
 
