@@ -261,12 +261,13 @@ def select_auto(
     checked between candidates. With h = :func:`holdout_split` of the sample's events below its
     size, every candidate is fitted on the events before h and the winner is the fewest false
     positives on the events from h on (ties: the fewest on the whole sample, then the contract's
-    table order). The winner is then refitted on the whole sample when what is left of the budget
-    covers its fit time scaled by the events (the plan of the newest events serves the stream that
-    follows best, and a plan fitted on three quarters of the sample loses some of its quality); when
-    it does not (at 32,000 subscriptions the budget holds spectral-ncut once, not twice), the plan
-    fitted on the older events is returned, the plan the held-out score was measured on.
-    ``refitted`` says which. With nothing held out, every candidate is fitted and scored on the
+    table order). The winner is then refitted on the whole sample (a plan fitted on three quarters
+    of the sample loses some quality, and the newest events are the nearest to the stream that
+    follows): always when it is one of the baselines, which run whatever the budget (so auto's plan
+    is then the baseline's own plan of the sample), and otherwise when what is left of the budget
+    covers its fit time scaled by the events. When it does not (at 32,000 subscriptions the budget
+    holds spectral-ncut once, not twice), the plan fitted on the older events is returned, the plan
+    the held-out score was measured on. ``refitted`` says which. With nothing held out, every candidate is fitted and scored on the
     whole sample (the fewest false positives on the sample, ties by table order).
 
     >>> hits = np.array([[1, 0], [1, 0], [0, 1]], dtype=bool)
@@ -304,7 +305,8 @@ def select_auto(
     chosen = min(tried, key=lambda m: (held_out_fp.get(m, 0), sample_fp[m]))
     labels = labels_of[chosen]
     left_ms = budget_ms - (time.perf_counter() - started) * 1000
-    refit = split < events and chosen != "flooding" and fit_ms[chosen] * events / split <= left_ms
+    affordable = chosen in AUTO_BASELINES or fit_ms[chosen] * events / split <= left_ms
+    refit = split < events and chosen != "flooding" and affordable
     if refit:
         labels = fit(chosen, prep)  # it ran on the older events, so it runs here
         assert labels is not None
