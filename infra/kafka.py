@@ -359,7 +359,7 @@ class KafkaClusterConfig:
     any one node of three down. Replication: new topics get ``min(3, brokers)`` replicas by
     default, ``min.insync.replicas`` is ``min(2, brokers)``, and Kafka's internal topics follow
     the same numbers; an ``acks=all`` producer (every producer of this project) therefore keeps
-    writing with one node down and is refused with two down (docs/guide/faults.md).
+    writing with one node down and gets no acknowledgement with two down (docs/guide/faults.md).
 
     >>> c = KafkaClusterConfig(Path("/tmp/k"), brokers=3, port=19092, controller_port=19192)
     >>> c.bootstrap
