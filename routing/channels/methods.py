@@ -316,10 +316,18 @@ def _join_empty(unions: ChannelUnions, count: int) -> int:
 
 
 def _clustered_then_joined(
-    hits: BoolMatrix, weights: FloatMatrix, k: int, ids: Sequence[str], embed: str, seed: int, sigma: float | None
+    hits: BoolMatrix,
+    weights: FloatMatrix,
+    k: int,
+    ids: Sequence[str],
+    embed: str,
+    seed: int,
+    sigma: float | None,
+    unit_rows: bool = False,
 ) -> Labels:
     """Cluster the non-isolated subscriptions of ``weights`` on an embedding, number the clusters by
-    smallest id, then place the isolated ones by :func:`join_isolated`."""
+    smallest id, then place the isolated ones by :func:`join_isolated`. ``unit_rows`` scales each
+    point of the ``rassoc`` embedding to unit length (the ``ncut`` embedding always is)."""
     n = len(hits)
     lonely = isolated(weights)
     inner = np.flatnonzero(~lonely)
@@ -327,6 +335,9 @@ def _clustered_then_joined(
     if len(inner):
         w = weights[np.ix_(inner, inner)]
         points = _ncut_embedding(w, k, sigma) if embed == "ncut" else _rassoc_embedding(w, k)
+        if unit_rows and embed != "ncut":
+            norms = np.linalg.norm(points, axis=1, keepdims=True)
+            points = np.divide(points, norms, out=np.zeros_like(points), where=norms > 0)
         found = kmeans(points, k, seed)
         labels[inner] = number_channels(found, [ids[int(i)] for i in inner])
     return join_isolated(hits, labels, ids, k)
@@ -432,10 +443,21 @@ def spectral_ncut_sparse(
     return number_channels(join_isolated(hits, labels, ids, k), ids)
 
 
-def spectral_rassoc(hits: BoolMatrix, similarity: FloatMatrix, k: int, ids: Sequence[str], seed: int) -> Labels:
+def spectral_rassoc(
+    hits: BoolMatrix, similarity: FloatMatrix, k: int, ids: Sequence[str], seed: int, unit_rows: bool = False
+) -> Labels:
     """Tariq Alg. 5 with Eq. 3.1: Y = Λ_K V_K^T of the column-centred J, k-means on Y's columns;
-    isolated subscriptions by the join rule."""
-    return number_channels(_clustered_then_joined(hits, similarity, k, ids, "rassoc", seed, None), ids)
+    isolated subscriptions by the join rule.
+
+    ``unit_rows=True`` is not the contract's ``spectral-rassoc`` (docs/reference/channels.md §4 fixes
+    the coordinates Y): it scales each subscription's column of Y to unit length before k-means, as
+    ``spectral-ncut`` does, for the benchmark's measurement of what that step is worth. A column's
+    length follows the subscription's degree (sum of its J row), so without the scaling the
+    low-degree subscriptions gather near the origin and k-means gives them one wide channel
+    (docs/results/channels.md)."""
+    return number_channels(
+        _clustered_then_joined(hits, similarity, k, ids, "rassoc", seed, None, unit_rows=unit_rows), ids
+    )
 
 
 def kmeans_on_rows(similarity: FloatMatrix, k: int, ids: Sequence[str], seed: int) -> Labels:

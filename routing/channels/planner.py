@@ -267,8 +267,9 @@ def select_auto(
     is then the baseline's own plan of the sample), and otherwise when what is left of the budget
     covers its fit time scaled by the events. When it does not (at 32,000 subscriptions the budget
     holds spectral-ncut once, not twice), the plan fitted on the older events is returned, the plan
-    the held-out score was measured on. ``refitted`` says which. With nothing held out, every candidate is fitted and scored on the
-    whole sample (the fewest false positives on the sample, ties by table order).
+    the held-out score was measured on. ``refitted`` says which. With nothing held out, every
+    candidate is fitted and scored on the whole sample (the fewest false positives on the sample,
+    ties by table order).
 
     >>> hits = np.array([[1, 0], [1, 0], [0, 1]], dtype=bool)
     >>> inst = ChannelInstance(2, 20, 0, ("a", "b", "c"), (), (), (), {})

@@ -414,3 +414,29 @@ def test_recluster_runs_the_structural_baselines_with_filters_and_domains() -> N
                 hits, recluster(hits, ids, 4, method, filters=inst.filters, domains=doms)[0]
             ).false_positives
         )
+
+
+def test_rassoc_unit_rows_is_kmeans_on_the_unit_scaled_embedding_and_the_default_is_the_contract() -> None:
+    from routing.channels.methods import _rassoc_embedding, spectral_rassoc
+    from routing.channels.similarity import isolated
+
+    instance = clustered_instance(k=4)
+    hits = derive_hits(instance.filters, instance.events)
+    ids = list(instance.subscription_ids)
+    sim = jaccard(recent_windows(hits, 20))
+    inner = np.flatnonzero(~isolated(sim))
+    y = _rassoc_embedding(sim[np.ix_(inner, inner)], 4)
+    norms = np.linalg.norm(y, axis=1)
+    assert norms.std() > 0.05  # the contract's points are not unit length: the option changes something
+    for unit, points in ((False, y), (True, y / norms[:, None])):
+        labels = np.full(len(ids), -1, dtype=np.int64)
+        labels[inner] = number_channels(kmeans(points, 4, 0), [ids[i] for i in inner])
+        expected = number_channels(join_isolated(hits, labels, ids, 4), ids)
+        assert np.array_equal(spectral_rassoc(hits, sim, 4, ids, 0, unit_rows=unit), expected)
+    assert np.array_equal(
+        spectral_rassoc(hits, sim, 4, ids, 0), plan_labels(plan_channels(instance, "spectral-rassoc"), ids)
+    )
+
+
+def plan_labels(doc: dict[str, Any], ids: list[str]) -> np.ndarray:
+    return np.array([doc["assignment"][sid] for sid in ids], dtype=np.int64)
