@@ -73,12 +73,13 @@ KAFKA_HOMES = (
     "infra/",
     "streaming/",
     "tests/integration/",
+    "tests/faults/",
     "bench/matching_e2e.py",
     "bench/delivery_e2e.py",
 )
 """Paths (prefixes) that may import a Kafka client: the writers, broker setup and readers at the
-edge, the tests against the real broker, and the two end-to-end benchmarks that read topics with a
-raw librdkafka consumer (and measure the broker's own ceiling)."""
+edge, the tests against the real broker or the fault tier's cluster, and the two end-to-end
+benchmarks that read topics with a raw librdkafka consumer (and measure the broker's own ceiling)."""
 
 MAX_LINES = 1500
 
