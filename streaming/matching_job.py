@@ -9,7 +9,7 @@ before ``B`` runs. ``foreachBatch`` then:
    (``B - 1``'s end offsets to ``B``'s, from Spark's offset log; no read at all when the topic did
    not move, which is most batches), decoded and validated in the JVM (``streaming.decode``), and
    applied in (partition, offset) order to the driver's ``SubscriptionTable`` through
-   ``routing.matching.table.plan_change``: a filter is validated with ``parse_filter``, a bad one
+   ``routing.matching.table.plan_changes``: a filter is validated with ``validate_filter``, a bad one
    goes to the dead-letter topic with the parser's message, composites are skipped, tombstones
    and ``unsubscribe`` remove. The batch's changes (or a snapshot) are written to
    ``<checkpoint>/subscriptions`` (``streaming.subscription_store``) *before* any output of ``B``.
@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
-from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_change
+from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_changes
 from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
 from streaming import logs
 from streaming.session import await_query, kafka_stream, start_batches
@@ -392,7 +392,7 @@ class MatchingBatch:
             f"{batch_id - 1}; rebuilding it from {self.cfg.subscriptions_topic}"
         )
         table = SubscriptionTable()
-        changes = [o.change for o in map(plan_change, map(to_record, self._read_subscriptions({}, prev_subs)))]
+        changes = [o.change for o in plan_changes(map(to_record, self._read_subscriptions({}, prev_subs)))]
         table.apply(c for c in changes if c is not None)
         table.snapshot()
         self.table, self.offsets = table, dict(prev_subs)
@@ -419,8 +419,7 @@ class MatchingBatch:
         rows = self._read_subscriptions(self.offsets, subs_end)
         changes: list[Change] = []
         rejected: list[tuple[Any, tuple[str, str]]] = []
-        for row in rows:
-            outcome = plan_change(to_record(row))
+        for row, outcome in zip(rows, plan_changes(map(to_record, rows)), strict=True):
             if outcome.change is not None:
                 changes.append(outcome.change)
             if outcome.rejection is not None:

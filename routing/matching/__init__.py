@@ -9,16 +9,19 @@ the matching job updates from the subscriptions topic.
 Modules
 -------
 language
-    The filter language: parser (:func:`parse_filter`, :class:`FilterError` with the position),
-    predicates, evaluation, and covering/overlap between filters.
+    The filter language: parser (:func:`parse_filter`, :func:`validate_filter`, :class:`FilterError`
+    with the position), predicates, evaluation, and covering/overlap between filters.
 index
     :class:`MatchIndex` (bitset rows per attribute bucket, compiled kernels) and its oracle
     :class:`BruteForceIndex`, both taking :class:`EventBatch` and returning :class:`Matches`.
+collector
+    :func:`collector_paused`: Python's garbage collector held off (and the heap frozen) during
+    bulk loads of subscriptions.
 kernels
     The numba-compiled inner loops of :class:`MatchIndex` (internal).
 table
     :class:`SubscriptionTable`: the live subscriptions keyed by id, the changes a record makes
-    (:func:`plan_change`), and :class:`IndexReplica` for executors that follow the table.
+    (:func:`plan_change`, :func:`plan_changes`), and :class:`IndexReplica` for executors that follow the table.
 
 Examples
 --------
@@ -30,6 +33,7 @@ Examples
 [['s1', 's2'], ['s2']]
 """
 
+from routing.matching.collector import collector_paused
 from routing.matching.index import BruteForceIndex, EventBatch, Matches, MatchIndex
 from routing.matching.language import (
     END_OF_INPUT,
@@ -47,6 +51,7 @@ from routing.matching.language import (
     overlap_witness,
     overlaps,
     parse_filter,
+    validate_filter,
 )
 from routing.matching.table import (
     Change,
@@ -56,6 +61,7 @@ from routing.matching.table import (
     SubscriptionRecord,
     SubscriptionTable,
     plan_change,
+    plan_changes,
 )
 
 __all__ = [
@@ -77,6 +83,7 @@ __all__ = [
     "SubscriptionRecord",
     "SubscriptionTable",
     "Value",
+    "collector_paused",
     "cover_counterexample",
     "covers",
     "kind_of",
@@ -85,4 +92,6 @@ __all__ = [
     "overlaps",
     "parse_filter",
     "plan_change",
+    "plan_changes",
+    "validate_filter",
 ]

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from routing.matching import kernels as K
+from routing.matching.collector import collector_paused
 from routing.matching.language import Filter, Kind, Op, Predicate, parse_filter
 
 __all__ = ["BruteForceIndex", "EventBatch", "MatchIndex", "Matches"]
@@ -618,10 +619,11 @@ class MatchIndex:
         >>> index.match([{"x": 2, "y": "q"}]).all_ids(), index.stats()["distinct_filters"]
         ([['b', 'c']], 2)
         """
-        staged = self._parse(changes)
-        self._queue.update(staged)
-        self._version += 1
-        self._apply_queue()
+        with collector_paused():  # a bulk of small objects: docs/decisions/collector-paused.md
+            staged = self._parse(changes)
+            self._queue.update(staged)
+            self._version += 1
+            self._apply_queue()
 
     def _parse(self, changes: Iterable[tuple[str, Filter | str | None]]) -> list[tuple[str, Filter | str | None]]:
         """The changes as a list, once every text among them parses (``FilterError`` if not); texts
@@ -1087,8 +1089,9 @@ class MatchIndex:
 
     def flush(self) -> None:
         """Apply the queued changes and their bit work now (``match`` does it too)."""
-        self._apply_queue()
-        self._flush()
+        with collector_paused():
+            self._apply_queue()
+            self._flush()
 
     def _flush(self) -> None:
         """Apply the bit work of the changes since the last match."""

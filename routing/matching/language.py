@@ -87,6 +87,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
+from operator import itemgetter
 from typing import Any, Final, NamedTuple, TypeAlias, TypeGuard, cast
 
 __all__ = [
@@ -105,6 +106,7 @@ __all__ = [
     "overlap_witness",
     "overlaps",
     "parse_filter",
+    "validate_filter",
 ]
 
 Value: TypeAlias = bool | int | float | str
@@ -599,26 +601,6 @@ def _predicate(name: str, op: Op, values: tuple[Value, ...]) -> Predicate:
     return found
 
 
-_SIMPLE_PREDICATES: dict[tuple[object, ...], Predicate] = {}
-
-
-def _trusted(name: str, symbol: str, op: Op, values: tuple[Value, ...], kind: Kind) -> Predicate:
-    """:func:`_predicate` for what :func:`_parse_simple` has already checked (a valid name, the
-    operator's arity, one kind of finite literals, booleans only with = and !=): the cached
-    object (keyed by plain strings and values, and ``bool`` and ``int`` never meet under one
-    symbol here: a boolean takes = or !=, so its key holds the literal's type too), else one made
-    without the checks of ``Predicate.__post_init__``."""
-    key = (name, symbol, values[0] if kind is not Kind.BOOLEAN else ("bool", values[0]), values[-1])
-    found = _SIMPLE_PREDICATES.get(key)
-    if found is None:
-        if len(_SIMPLE_PREDICATES) >= _MAX_PREDICATES:
-            _SIMPLE_PREDICATES.clear()
-        found = object.__new__(Predicate)
-        vars(found).update(attribute=name, op=op, values=values, _kind=kind, _test=_compile(op, kind, values))
-        _SIMPLE_PREDICATES[key] = found
-    return found
-
-
 # One predicate of the common shapes and the separator after it: a comparison with an integer, a
 # plain string (no doubled quote) or a boolean, or ``between`` two integers; then ``and`` or the
 # end. Every boundary is as the tokenizer draws it (a number runs into no name character, sign
@@ -633,34 +615,106 @@ _SIMPLE_PREDICATE: Final = re.compile(
     re.ASCII,  # case folding and whitespace as the tokenizer's words: 'ſ' is no 's' here
 )
 
+# A whole filter of those shapes, booleans only with = and != (what ``_parse_simple`` accepts):
+# each predicate's match from a given position is unique (a name ends where no name character
+# follows, every literal and keyword at a boundary), so a full match of the repetition is the
+# same split into predicates that ``_parse_simple`` makes.
+_SIMPLE_FILTER: Final = re.compile(
+    r"(?:\s*[A-Za-z_][A-Za-z0-9_.]*(?:"
+    r"\s*(?:<=|>=|!=|=|<|>)\s*(?:-?[0-9]{1,18}(?![0-9A-Za-z_.+-])|'[^']*'(?!'))"
+    r"|\s*!?=\s*(?i:true|false)(?![A-Za-z0-9_.])"
+    r"|\s+(?i:between)\s+-?[0-9]{1,18}\s+(?i:and)\s+-?[0-9]{1,18}(?![0-9A-Za-z_.+-]))"
+    r"(?:\s+(?i:and)(?=\s)|\s*\Z))+",
+    re.ASCII,
+)
+
+_SimpleGroups: TypeAlias = tuple[str | None, ...]
+_Check: TypeAlias = tuple[str, Callable[[object], bool]]
+_SIMPLE_PREDICATES: dict[_SimpleGroups, tuple[Predicate, _Check]] = {}
+_BETWEEN_TEST: Final = _NUMBER_TESTS["between"]
+_FIRST_OF: Final = itemgetter(0)
+_SECOND_OF: Final = itemgetter(1)
+
+
+def _simple_predicate(groups: _SimpleGroups) -> tuple[Predicate, _Check] | None:
+    """The predicate that :data:`_SIMPLE_PREDICATE` matched with these ``groups`` (and its
+    ``Filter`` check), cached under the groups (plain strings: a key holding an ``Op`` would be
+    hashed by a Python call), or None for a boolean ordered (the parser says why not).
+
+    The predicate is made without the checks of ``Predicate.__post_init__``: the pattern has
+    made them (a valid name, the operator's arity, one kind of finite literals, booleans only
+    with = and !=). Spellings of one predicate (``x=1``, ``x = 01``) are equal objects, not one.
+    """
+    name, symbol, number, quoted, flag, low, high = groups
+    found = object.__new__(Predicate)
+    if symbol is None:
+        lo, hi = int(cast(str, low)), int(cast(str, high))
+        test = _BETWEEN_TEST(lo, hi)
+        vars(found).update(attribute=name, op=Op.BETWEEN, values=(lo, hi), _kind=Kind.NUMBER, _test=test)
+    else:
+        values: tuple[Value, ...]
+        if number is not None:
+            values, kind = (int(number),), Kind.NUMBER
+        elif quoted is not None:
+            values, kind = (quoted,), Kind.STRING
+        elif symbol == "=" or symbol == "!=":
+            values, kind = (cast(str, flag).lower() == "true",), Kind.BOOLEAN
+        else:
+            return None
+        op = _COMPARISONS[symbol]
+        test = _compile(op, kind, values)
+        vars(found).update(attribute=name, op=op, values=values, _kind=kind, _test=test)
+    if len(_SIMPLE_PREDICATES) >= _MAX_PREDICATES:
+        _SIMPLE_PREDICATES.clear()
+    made = _SIMPLE_PREDICATES[groups] = (found, (cast(str, name), test))
+    return made
+
 
 def _parse_simple(text: str) -> Filter | None:
     """The filter of ``text`` when every predicate has one of the common shapes of
     :data:`_SIMPLE_PREDICATE`, else None (the full parser decides, errors included). Equal to
     ``_Parser(text).filter()`` whenever it returns a filter (tests/unit/matching: a property test
-    against the parser); a fraction of its cost, as it skips the token stream."""
-    predicates: list[Predicate] = []
+    against the parser); a fraction of its cost, as it skips the token stream: per predicate one
+    pattern match and one cache lookup by the matched groups (docs/decisions/filter-parser.md)."""
+    made: list[tuple[Predicate, _Check]] = []
+    append, get = made.append, _SIMPLE_PREDICATES.get
     match, pos, n = _SIMPLE_PREDICATE.match, 0, len(text)
-    while pos < n or not predicates:
+    while pos < n or not made:
         m = match(text, pos)
         if m is None:
             return None
-        name, symbol, number, quoted, flag, low, high = m.groups()
-        if symbol is None:
-            predicates.append(_trusted(name, "between", Op.BETWEEN, (int(low), int(high)), Kind.NUMBER))
-        elif number is not None:
-            predicates.append(_trusted(name, symbol, _COMPARISONS[symbol], (int(number),), Kind.NUMBER))
-        elif quoted is not None:
-            predicates.append(_trusted(name, symbol, _COMPARISONS[symbol], (quoted,), Kind.STRING))
-        elif symbol in ("=", "!="):
-            flag_value = flag.lower() == "true"
-            predicates.append(_trusted(name, symbol, _COMPARISONS[symbol], (flag_value,), Kind.BOOLEAN))
-        else:
+        groups = m.groups()
+        pair = get(groups) or _simple_predicate(groups)
+        if pair is None:
             return None  # a boolean ordered: the parser says why not
+        append(pair)
         pos = m.end()
     found = object.__new__(Filter)
-    vars(found).update(predicates=tuple(predicates), _checks=tuple([(p.attribute, p._test) for p in predicates]))
+    vars(found).update(predicates=tuple(map(_FIRST_OF, made)), _checks=tuple(map(_SECOND_OF, made)))
     return found
+
+
+def validate_filter(text: str) -> None:
+    """Raise what ``parse_filter(text)`` raises, if anything, without building the filter when
+    the text has only the common shapes of the simple path (one pattern match in C); the
+    matching job's driver validates every subscribe record this way.
+
+    Raises
+    ------
+    FilterError
+        As ``parse_filter``: the same position, found and expected.
+
+    Examples
+    --------
+    >>> validate_filter("a between 1 and 5 and s = 'x'")
+    >>> try:
+    ...     validate_filter("a between 1 and")
+    ... except FilterError as error:
+    ...     print(error.reason)
+    at position 15: expected a literal (number, 'string', true or false), found end of input
+    """
+    if _SIMPLE_FILTER.fullmatch(text) is None:
+        _Parser(text).filter()
 
 
 class _Parser:

@@ -9,8 +9,8 @@ subscriptions. The matching job turns it into the set of active atomic filters i
    next version number, and the table remembers the changes since its last snapshot (its base), so
    a reader that is a few versions behind can catch up from those deltas alone;
 3. ``IndexReplica`` keeps a ``MatchIndex`` equal to the table at some version: it catches up from
-   the deltas, or rebuilds from a snapshot when it is new, too far behind, or ahead (a reader of
-   another run).
+   the deltas, or loads a snapshot when it is new, too far behind, or ahead (a reader of another
+   run), applying only what differs from the subscriptions it holds.
 
 What a record does (``plan_change``)
 ------------------------------------
@@ -51,9 +51,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import cast
 
+from routing.matching.collector import collector_paused
 from routing.matching.index import BruteForceIndex, MatchIndex
-from routing.matching.language import FilterError, parse_filter
+from routing.matching.language import FilterError, validate_filter
 
 __all__ = [
     "Change",
@@ -63,6 +65,7 @@ __all__ = [
     "SubscriptionRecord",
     "SubscriptionTable",
     "plan_change",
+    "plan_changes",
 ]
 
 Change = tuple[str, str | None]
@@ -127,10 +130,24 @@ def plan_change(record: SubscriptionRecord) -> Outcome:
             return Outcome(change=(sid, None), skipped=True)
         return Outcome(rejection=("invalid_value", "a subscribe needs a filter or a composite tree"))
     try:
-        parse_filter(record.filter)
+        validate_filter(record.filter)
     except FilterError as exc:
         return Outcome(rejection=("invalid_filter", f"filter {exc}"))
     return Outcome(change=(sid, record.filter))
+
+
+def plan_changes(records: Iterable[SubscriptionRecord]) -> list[Outcome]:
+    """``plan_change`` of each record, in order, with Python's garbage collector paused: the
+    matching job plans a micro-batch's records, or the whole topic at a cold start, at once
+    (docs/decisions/collector-paused.md).
+
+    Examples
+    --------
+    >>> [o.change for o in plan_changes([SubscriptionRecord(key="a", tombstone=True)])]
+    [('a', None)]
+    """
+    with collector_paused():
+        return list(map(plan_change, records))
 
 
 class SubscriptionTable:
@@ -222,12 +239,27 @@ class IndexReplica:
     ----------
     factory : callable
         Makes an empty index (``MatchIndex``; tests pass ``BruteForceIndex``).
+    freeze_rebuilds : bool
+        End each load of a snapshot with ``gc.freeze()`` (a long-lived worker process: the loaded
+        state leaves the garbage collector's later scans; ``routing.matching.collector``).
+
+    Notes
+    -----
+    The replica keeps the filter text of every subscription its index holds. A replica that
+    must load a snapshot while it has an index (it is behind the snapshot, as after every rebase
+    of a churning table, or ahead of it) applies only the subscriptions that differ between the
+    two, so a rebase costs the changes since the replica's version, not a rebuild of the index.
+    ``rebuilds`` counts the loads of a snapshot.
     """
 
-    def __init__(self, factory: Callable[[], MatchIndex | BruteForceIndex] = MatchIndex) -> None:
+    def __init__(
+        self, factory: Callable[[], MatchIndex | BruteForceIndex] = MatchIndex, freeze_rebuilds: bool = False
+    ) -> None:
         self._factory = factory
         self._index = factory()
         self._version: int | None = None
+        self._filters: dict[str, str] = {}  # what the index holds: id -> filter text
+        self._freeze_rebuilds = freeze_rebuilds
         self.rebuilds = 0
 
     @property
@@ -248,6 +280,11 @@ class IndexReplica:
     ) -> None:
         """Bring the index to ``version``.
 
+        The snapshot and the deltas each reach the index as one batch (``apply``), with Python's
+        garbage collector paused (``routing.matching.collector``); a rebuild made with
+        ``freeze_rebuilds`` ends with ``gc.freeze()``, which takes the loaded state out of the
+        collector's later scans (docs/decisions/collector-paused.md).
+
         Parameters
         ----------
         base_version : int
@@ -260,22 +297,33 @@ class IndexReplica:
         version : int
             The version to reach.
         """
-        if self._version is None or self._version < base_version or self._version > version:
-            index = self._factory()
-            for base_id, base_filter in load_base():
-                index.add(base_id, base_filter)
-            self._index, self._version = index, base_version
-            self.rebuilds += 1
-        current = self._version
-        for v, sid, filt in deltas:
-            if v <= current:
-                continue
-            if filt is None:
-                if sid in self._index:
-                    self._index.remove(sid)
-            else:
-                self._index.add(sid, filt)
-            current = v
-        if current != version:
-            raise ValueError(f"the deltas reach version {current}, not {version}: some are missing")
-        self._version = version
+        rebuild = self._version is None or self._version < base_version or self._version > version
+        with collector_paused(freeze=rebuild and self._freeze_rebuilds):
+            if rebuild:
+                base = dict(load_base())
+                if self._version is None:
+                    self._index = self._factory()
+                    self._index.apply(base.items())
+                else:  # only what differs: a rebase under churn leaves most subscriptions as they were
+                    old = self._filters
+                    changes: list[tuple[str, str | None]] = [(sid, None) for sid in old.keys() - base.keys()]
+                    changes += [(sid, text) for sid, text in base.items() if old.get(sid) != text]
+                    self._index.apply(changes)
+                self._filters, self._version = base, base_version
+                self.rebuilds += 1
+            current = cast(int, self._version)
+            filters = self._filters
+            changes = []
+            for v, sid, filt in deltas:
+                if v <= current:
+                    continue
+                changes.append((sid, filt))  # removing an absent id is no change for apply
+                if filt is None:
+                    filters.pop(sid, None)
+                else:
+                    filters[sid] = filt
+                current = v
+            if current != version:
+                raise ValueError(f"the deltas reach version {current}, not {version}: some are missing")
+            self._index.apply(changes)
+            self._version = version

@@ -28,6 +28,7 @@ from routing.matching.language import Filter, FilterError, Op, Predicate, parse_
 from tests.strategies import (
     COLUMN_DTYPES,
     INDEX_IDS,
+    INDEX_NAMES,
     column_batches,
     index_events,
     index_filters,
@@ -84,6 +85,15 @@ def as_input(events: Sequence[Mapping[str, object]], form: str) -> Any:
     if form == "from_events":
         return EventBatch.from_events(list(events))
     return object_columns(events)
+
+
+def apply_to_model(model: dict[str, Filter], changes: Sequence[tuple[str, Filter | str | None]]) -> None:
+    """``changes`` applied one by one to a plain ``dict`` of ``Filter`` (texts parsed)."""
+    for sid, f in changes:
+        if f is None:
+            model.pop(sid, None)
+        else:
+            model[sid] = parse_filter(f) if isinstance(f, str) else f
 
 
 def check_matches(result: Matches, expected: list[list[str]]) -> None:
@@ -189,11 +199,7 @@ class IndexMachine(RuleBasedStateMachine):
     def apply_batch(self, changes: list[tuple[str, Filter | str | None]]) -> None:
         """A batch of adds, replaces and removes (of known and unknown ids, an id several times)."""
         self.index.apply(changes)
-        for sid, f in changes:
-            if f is None:
-                self.model.pop(sid, None)
-            else:
-                self.model[sid] = parse_filter(f) if isinstance(f, str) else f
+        apply_to_model(self.model, changes)
 
     @rule(events=st.lists(index_events(), min_size=1, max_size=20), form=st.sampled_from(FORMS))
     def match(self, events: list[dict[str, object]], form: str) -> None:
@@ -214,6 +220,62 @@ class SmallCapsIndexMachine(IndexMachine):
         super().__init__()
         self.index = MatchIndex(max_cuts=1, max_strings=1)
 
+
+def _range_predicates() -> st.SearchStrategy[Predicate]:
+    """W1-like predicates: ``between`` (mostly) and the orderings, integer bounds from a range
+    wide enough that most literals are no cut of a small index."""
+    bound = st.integers(-60, 60)
+    between = st.tuples(bound, st.integers(0, 40)).map(lambda t: (Op.BETWEEN, (t[0], t[0] + t[1])))
+    ordering = st.tuples(st.sampled_from((Op.LT, Op.LE, Op.GT, Op.GE)), bound.map(lambda x: (x,)))
+    return st.tuples(st.sampled_from(INDEX_NAMES), st.one_of(between, between, ordering)).map(
+        lambda t: Predicate(t[0], t[1][0], t[1][1])
+    )
+
+
+RANGE_FILTERS = st.lists(_range_predicates(), min_size=1, max_size=4).map(lambda ps: Filter(tuple(ps)))
+RANGE_EVENTS = st.dictionaries(
+    st.sampled_from(INDEX_NAMES), st.one_of(st.integers(-70, 110), st.floats(-70, 110)), max_size=len(INDEX_NAMES)
+)
+
+
+class RangeChurnMachine(RuleBasedStateMachine):
+    """Range-heavy churn (W1's shape: ``between`` on several attributes, nearly every bound
+    distinct) in batches from text or ``Filter``, with flushes and matches in between, against a
+    plain ``dict`` of ``Filter``; the index has 4 cuts per attribute, so most bounds fall inside
+    buckets and most candidates are verified."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = MatchIndex(max_cuts=4)
+        self.model: dict[str, Filter] = {}
+
+    @rule(
+        changes=st.lists(
+            st.tuples(st.sampled_from(INDEX_IDS), st.one_of(st.none(), RANGE_FILTERS, RANGE_FILTERS.map(str))),
+            max_size=16,
+        ),
+        flush=st.booleans(),
+    )
+    def apply_batch(self, changes: list[tuple[str, Filter | str | None]], flush: bool) -> None:
+        self.index.apply(changes)
+        apply_to_model(self.model, changes)
+        if flush:
+            self.index.flush()
+
+    @rule(events=st.lists(RANGE_EVENTS, min_size=1, max_size=20))
+    def match(self, events: list[dict[str, object]]) -> None:
+        check_matches(self.index.match(events), model_ids(self.model, events))
+
+    @invariant()
+    def same_ids(self) -> None:
+        assert len(self.index) == len(self.model)
+        assert all(sid in self.index for sid in self.model)
+
+
+RangeChurnMachine.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestRangeChurnMachine = RangeChurnMachine.TestCase
 
 IndexMachine.TestCase.settings = settings(
     max_examples=50, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]

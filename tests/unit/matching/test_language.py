@@ -778,3 +778,57 @@ def test_parsed_predicates_are_shared_but_kinds_stay_apart() -> None:
     assert one is not one_f and one.values == (1,) and type(one_f.values[0]) is float and true.values == (True,)
     assert not true.matches(True, 1) and one.matches(True, 1.0) and one_f.matches(True, 1)
     assert parse_filter("x = 1").predicates[0] == Predicate("x", Op.EQ, (1,))
+
+
+# --------------------------------------------------------------------------------------------
+# Validation without building the filter
+# --------------------------------------------------------------------------------------------
+
+
+def _check_validation(text: str) -> None:
+    """``validate_filter`` raises exactly what ``parse_filter`` raises (or neither raises), and its
+    pattern accepts exactly what the simple path parses."""
+    from routing.matching.language import _SIMPLE_FILTER, _parse_simple, validate_filter
+
+    assert (_SIMPLE_FILTER.fullmatch(text) is not None) == (_parse_simple(text) is not None), text
+    try:
+        parse_filter(text)
+    except (FilterError, ValueError) as error:
+        with pytest.raises(type(error)) as raised:
+            validate_filter(text)
+        assert str(raised.value) == str(error)
+    else:
+        validate_filter(text)
+
+
+@LIGHT
+@given(filters().flatmap(lambda f: st.tuples(st.just(f), respellings(f))))
+def test_validation_of_any_filter_and_its_respellings(pair: tuple[Filter, str]) -> None:
+    f, text = pair
+    _check_validation(text)
+    _check_validation(str(f))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.tuples(_PIECES, _GAPS), min_size=1, max_size=12))
+def test_validation_of_token_soup(pieces: list[tuple[str, str]]) -> None:
+    _check_validation("".join(piece + gap for piece, gap in pieces))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a < true",
+        "a <= FALSE",
+        "a = 1.5",
+        "a = 'it''s'",
+        "a = 1and b = 2",
+        "a = 1 and",
+        "",
+        "a between 1 and",
+        "a = 1 and b != true and c between -1 and 2 and s = 'x and y'",
+        "a = 12345678901234567890",
+    ],
+)
+def test_validation_of_fixed_cases(text: str) -> None:
+    _check_validation(text)

@@ -6,6 +6,7 @@ model, never from the replica's own index.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from routing.matching.index import BruteForceIndex
-from routing.matching.language import parse_filter
+from routing.matching.language import Filter, parse_filter
 from routing.matching.table import IndexReplica, SubscriptionRecord, SubscriptionTable, plan_change
 from streaming.subscription_store import TableStore
 from tests.strategies import INDEX_IDS, index_events, index_filters
@@ -171,6 +172,30 @@ def test_a_replica_rebuilds_only_when_it_must() -> None:
     assert replica.rebuilds == 2 and "s1" in replica.index
     with pytest.raises(ValueError, match="missing"):
         replica.sync(2, lambda: [], (), 3)
+
+
+def test_a_replica_behind_a_new_snapshot_applies_only_what_differs() -> None:
+    applied: list[list[tuple[str, object]]] = []
+
+    class Recording(BruteForceIndex):
+        def apply(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
+            staged = list(changes)
+            applied.append(staged)
+            super().apply(staged)
+
+    table = SubscriptionTable(rebase_min=1, rebase_fraction=0.0)
+    table.apply([("s1", "a > 1"), ("s2", "b = 2"), ("s3", "c < 3")])
+    replica = IndexReplica(Recording)
+    replica.sync(0, lambda: [], table.deltas(), table.version)
+    table.apply([("s2", None), ("s3", "c < 4"), ("s4", "d = 1")])
+    table.snapshot()  # the replica is now behind the base: it loads the snapshot
+    snapshot = dict(table.filters)
+    applied.clear()
+    replica.sync(table.version, lambda: snapshot.items(), (), table.version)
+    assert replica.rebuilds == 2 and sorted(sorted(batch) for batch in applied if batch) == [
+        [("s2", None), ("s3", "c < 4"), ("s4", "d = 1")]
+    ]
+    assert replica.index.match([{"a": 2, "b": 2, "c": 3.5, "d": 1}]).all_ids() == [["s1", "s3", "s4"]]
 
 
 # --- TableStore ---------------------------------------------------------------------------------

@@ -1,0 +1,278 @@
+"""Benchmark of subscription churn from filter text, through the matching job's path, and of a cold start.
+
+Workloads (printed with the numbers):
+
+- **W1** (the REIN shape of ``bench/matching.py``): 20 attributes over [0, 10^6], each filter 10
+  ``between`` predicates of width 5 * 10^5 on 10 distinct attributes, as canonical text; every
+  filter distinct (its predicates nearly so).
+- **Gryphon** (``producers.workloads.GryphonWorkload``, decay 0.88): 15 attributes x 4 Zipf
+  values, equality and don't-care, as the workload writes them.
+
+**Churn.** ``--live`` subscriptions (default 100,000) are loaded, then ``--ops`` operations
+(default 200,000) alternate unsubscribing a random live subscription and subscribing a new id
+with a new filter text, in micro-batches of ``--batch`` operations (default 5,000). Each batch
+takes the matching job's path: ``SubscriptionRecord`` values (decoded records) ->
+``plan_changes`` (every filter parsed to validate it) -> ``SubscriptionTable.apply`` (a snapshot
+when ``due_for_snapshot``, as the job's shipper then broadcasts a new base) -> ``IndexReplica.sync``
+(the worker's side: the deltas, or the new base, parsed again and applied to the ``MatchIndex``)
+-> ``flush`` (the bit work, which the batch's first match would do). The driver's and the
+worker's sides run in separate processes in the job, so each is timed apart (CPU seconds of
+this process, ``time.process_time``), and their sum is the one-core total. A 64-event match
+after each batch is not timed.
+
+**After the churn** (W1): the index's fragmentation (free fid slots among the fids, member and
+predicate-store garbage), then the match time per event of the churned index against a freshly
+built index of the same live set (best of ``--repeat`` passes over the same W1 events, the two
+alternating), and both compared with ``BruteForceIndex`` on a sample of events.
+
+**Cold start** (``--cold N``, e.g. 1,000,000; off by default): N W1 subscribe records encoded
+with the subscriptions topic's schema (``schemas.codec``), then timed: decoding the record bytes,
+``plan_changes``, ``SubscriptionTable.apply``, a replica's first ``sync`` (the rebuild), its
+``flush`` and the first match of one event; memory of the table and of the replica (the growth
+of the process's resident set over each step, and ``MatchIndex.memory_bytes``). Reading the
+records from Kafka is not included.
+
+Run: ``.venv/bin/python bench/churn.py`` (``--quick`` for a smoke run; ``--workloads w1`` for
+one). Readings: docs/results/matching.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.matching import churn_changes, w1_events
+from producers.workloads import GryphonWorkload
+from routing.matching.collector import collector_paused
+from routing.matching.index import BruteForceIndex, EventBatch, MatchIndex
+from routing.matching.table import IndexReplica, SubscriptionRecord, SubscriptionTable, plan_changes
+
+DOMAIN = 10**6
+
+
+def w1_texts(n: int, seed: int) -> list[str]:
+    """``n`` W1 filters as canonical text (the text of ``bench.matching.w1_filters``' shape)."""
+    rng = np.random.default_rng(seed)
+    attrs = np.argsort(rng.random((n, 20)), axis=1)[:, :10].tolist()
+    lows = rng.integers(0, DOMAIN // 2 + 1, (n, 10)).tolist()
+    half = DOMAIN // 2
+    return [
+        " and ".join(f"a{a} between {lo} and {lo + half}" for a, lo in zip(attrs[i], lows[i], strict=True))
+        for i in range(n)
+    ]
+
+
+def gryphon_texts(n: int, seed: int) -> list[str]:
+    w = GryphonWorkload(brokers=1, clients_per_broker=max(1, n // 5), subs_per_client=5, decay=0.88, seed=seed)
+    return [str(s["filter"]) for s in w.subscriptions()][:n]
+
+
+def rss() -> int:
+    """The resident set of this process, in bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def subscribe(sid: str, text: str) -> SubscriptionRecord:
+    return SubscriptionRecord(key=sid, op="subscribe", subscription_id=sid, filter=text)
+
+
+def unsubscribe(sid: str) -> SubscriptionRecord:
+    return SubscriptionRecord(key=sid, op="unsubscribe", subscription_id=sid)
+
+
+class Job:
+    """The matching job's subscription path in one process: the driver's table and shipper, a
+    worker's replica (``streaming.matching_job`` and ``streaming.arrow_matching``, without Spark)."""
+
+    def __init__(self) -> None:
+        self.table = SubscriptionTable()
+        self.replica = IndexReplica(freeze_rebuilds=False)
+        self.base: dict[str, str] = {}
+        self.base_version = 0
+        self.driver_s = self.worker_s = self.flush_s = 0.0
+        self.snapshots = 0
+
+    def batch(self, records: list[SubscriptionRecord]) -> None:
+        t0 = time.process_time()
+        changes = [o.change for o in plan_changes(records) if o.change is not None]
+        self.table.apply(changes)
+        if self.table.due_for_snapshot():
+            self.table.snapshot()
+        if self.table.base_version > self.base_version:  # the shipper broadcasts a new base
+            self.base, self.base_version = dict(self.table.filters), self.table.version
+            self.snapshots += 1
+        deltas = self.table.deltas(after=self.base_version)
+        t1 = time.process_time()
+        base = self.base
+        self.replica.sync(self.base_version, lambda: base.items(), deltas, self.table.version)
+        t2 = time.process_time()
+        self.replica.index.flush()
+        t3 = time.process_time()
+        self.driver_s += t1 - t0
+        self.worker_s += t2 - t1
+        self.flush_s += t3 - t2
+
+
+def churn_records(live: dict[str, str], texts: list[str], ops: int, seed: int) -> list[SubscriptionRecord]:
+    """``ops`` records alternating an unsubscribe of a random live id and a subscribe of a new id
+    with the next of ``texts`` (``bench.matching.churn_changes``); ``live`` follows them."""
+    changes = churn_changes(live, texts, ops, seed=seed, prefix="c", offset=0)
+    return [unsubscribe(sid) if text is None else subscribe(sid, str(text)) for sid, text in changes]
+
+
+def per_event_ms(index: MatchIndex, batch: EventBatch, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.process_time()
+        index.match(batch)
+        best = min(best, time.process_time() - t)
+    return best / len(batch) * 1e3
+
+
+def fragmentation(index: MatchIndex) -> str:
+    n_fids = index._n_fids
+    free = len(index._free_fids)
+    return (
+        f"fid slots {n_fids:,} ({free:,} free, {free / max(n_fids, 1):.1%}); member pool {index._m_used:,} "
+        f"({index._m_garbage:,} garbage); predicate store {index._p_used:,} records ({index._p_garbage:,} garbage)"
+    )
+
+
+def bench_churn(
+    name: str, texts: list[str], live_n: int, ops: int, batch: int, events: EventBatch | None, repeat: int
+) -> None:
+    job = Job()
+    live = {f"s{i}": text for i, text in enumerate(texts[:live_n])}
+    t = time.process_time()
+    job.batch([subscribe(sid, text) for sid, text in live.items()])
+    load_s = time.process_time() - t
+    records = churn_records(live, texts[live_n:], ops, seed=5)
+    job.driver_s = job.worker_s = job.flush_s = 0.0
+    job.snapshots = 0
+    rebuilds = job.replica.rebuilds
+    probe = w1_events(64, 10) if events is not None else None
+    for k in range(0, ops, batch):
+        job.batch(records[k : k + batch])
+        if probe is not None:
+            job.replica.index.match(probe)
+    total = job.driver_s + job.worker_s + job.flush_s
+    print(
+        f"   {name}: {live_n:,} live (loaded in {load_s:.1f} s of CPU), {ops:,} operations in batches of {batch:,}: "
+        f"{ops / total:,.0f} operations/s on one core (driver {ops / job.driver_s:,.0f}/s: plan_changes + table; "
+        f"worker {ops / (job.worker_s + job.flush_s):,.0f}/s: sync {job.worker_s:.2f} s + flush {job.flush_s:.2f} s); "
+        f"{job.snapshots} new bases, {job.replica.rebuilds - rebuilds} loaded by the replica"
+    )
+    index = job.replica.index
+    assert isinstance(index, MatchIndex)
+    print(f"      after: {fragmentation(index)}")
+    if events is None:
+        return
+    fresh = MatchIndex()
+    with collector_paused():
+        fresh.apply(job.table.filters.items())
+        fresh.flush()
+    print(f"      fresh: {fragmentation(fresh)}")
+    churned_ms, fresh_ms = float("inf"), float("inf")
+    for _ in range(2):
+        churned_ms = min(churned_ms, per_event_ms(index, events, repeat))
+        fresh_ms = min(fresh_ms, per_event_ms(fresh, events, repeat))
+    sample = [events.event(i) for i in range(8)]
+    oracle = BruteForceIndex()
+    oracle.apply(job.table.filters.items())
+    expected = oracle.match(sample).all_ids()
+    same = index.match(sample).all_ids() == expected == fresh.match(sample).all_ids()
+    print(
+        f"      matching {len(events):,} W1 events: churned {churned_ms:.3f} ms/event, fresh {fresh_ms:.3f} ms/event "
+        f"({churned_ms / fresh_ms - 1:+.1%}); both equal to the oracle on 8 events: {same}"
+    )
+
+
+def bench_cold(n: int) -> None:
+    from schemas.codec import codec_for, decode
+
+    codec = codec_for("Subscription")
+    texts = w1_texts(n, 21)
+    raw = [
+        codec.encode({"type": "subscribe", "subscription_id": f"s{i}", "subscriber_id": "u", "filter": t})
+        for i, t in enumerate(texts)
+    ]
+    del texts
+    gc.collect()
+    r0 = rss()
+    t0 = time.process_time()
+    with collector_paused():
+        values = [decode(b, "Subscription")[1] for b in raw]
+        t1 = time.process_time()
+        records = [subscribe(v["subscription_id"], v["filter"]) for v in values]
+        del values
+        outcomes = plan_changes(records)
+        t2 = time.process_time()
+        table = SubscriptionTable()
+        table.apply(o.change for o in outcomes if o.change is not None)
+        table.snapshot()
+        del records, outcomes
+    t3 = time.process_time()
+    gc.collect()
+    r1 = rss()
+    replica = IndexReplica(freeze_rebuilds=True)
+    filters = table.filters
+    replica.sync(table.version, lambda: filters.items(), (), table.version)
+    t4 = time.process_time()
+    replica.index.flush()
+    t5 = time.process_time()
+    first = replica.index.match(w1_events(1, 3))
+    t6 = time.process_time()
+    r2 = rss()
+    index = replica.index
+    assert isinstance(index, MatchIndex)
+    print(
+        f"   cold start, {n:,} W1 subscribe records ({sum(map(len, raw)) / n:.0f} bytes each), CPU seconds: decode "
+        f"{t1 - t0:.1f}, plan_changes {t2 - t1:.1f}, table {t3 - t2:.1f}; replica sync {t4 - t3:.1f}, flush "
+        f"{t5 - t4:.1f}, first match {t6 - t5:.3f} ({len(first.ids(0)):,} ids): {t6 - t0:.1f} s in all "
+        f"(driver {t3 - t0:.1f}, worker {t6 - t3:.1f}); memory: table {(r1 - r0) / n:,.0f} B/subscription "
+        f"(RSS growth), replica {(r2 - r1) / n:,.0f} B/subscription (RSS growth; the index's arrays "
+        f"{index.memory_bytes() / n:,.0f})"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--live", type=int, default=100_000, help="live subscriptions before the churn")
+    ap.add_argument("--ops", type=int, default=200_000, help="churn operations")
+    ap.add_argument("--batch", type=int, default=5_000, help="operations per micro-batch")
+    ap.add_argument("--workloads", default="w1,gryphon", help="comma list: w1, gryphon")
+    ap.add_argument("--events", type=int, default=2_000, help="W1 events matched after the churn")
+    ap.add_argument("--repeat", type=int, default=3, help="passes of each match timing")
+    ap.add_argument("--cold", type=int, default=0, help="W1 subscriptions of the cold start (0: skip it)")
+    ap.add_argument("--quick", action="store_true", help="10,000 live, 20,000 operations, 200 events")
+    args: Any = ap.parse_args(argv)
+    if args.quick:
+        args.live, args.ops, args.events, args.repeat = 10_000, 20_000, 200, 1
+        args.cold = min(args.cold, 20_000)
+    kinds = [k for k in args.workloads.split(",") if k]
+    print(
+        f"== subscription churn from text through the matching job's path, one process, CPU time; load average "
+        f"{os.getloadavg()[0]:.1f}; garbage collector as the job runs it (paused in plan_changes, apply, sync, flush)"
+    )
+    need = args.live + args.ops // 2 + 1
+    if "w1" in kinds:
+        bench_churn("W1", w1_texts(need, 7), args.live, args.ops, args.batch, w1_events(args.events, 9), args.repeat)
+    if "gryphon" in kinds:
+        bench_churn("Gryphon 0.88", gryphon_texts(need, 7), args.live, args.ops, args.batch, None, args.repeat)
+    if args.cold:
+        bench_cold(args.cold)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
