@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup jars run serve test test-unit bench lint clean down
+.PHONY: setup jars run serve package test test-unit bench lint clean down
 
 setup: $(STAMP)
 
@@ -31,6 +31,10 @@ run: jars
 ## every job continuously with live demo feeds; the dashboard and /metrics at http://127.0.0.1:8080/ (Ctrl-C stops)
 serve: jars
 	$(BIN)/siftstream serve --demo
+
+## dist/siftstream.zip, the project for a Spark cluster's executors (siftstream submit: docs/guide/cluster.md)
+package: setup
+	$(BIN)/siftstream package
 
 ## every test: unit, Spark, Kafka integration, standalone-cluster and fault tiers (services start and stop inside)
 test: jars
@@ -62,4 +66,4 @@ down:
 	-@$(BIN)/siftstream infra down
 
 clean: down
-	rm -rf .siftstream
+	rm -rf .siftstream dist

@@ -26,7 +26,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import fastavro
@@ -196,8 +197,11 @@ _VIEWS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], Callable[[di
 }
 
 
-def _schema_dir() -> Path:
-    return Path(__file__).parent
+def _schema_dir() -> Traversable:
+    """The package's ``.avsc`` files, read through ``importlib.resources`` so that they load from a
+    zip on ``sys.path`` too (the package ``--py-files`` ships to Spark's executors:
+    docs/guide/cluster.md), not only from a folder."""
+    return files("schemas")
 
 
 @cache

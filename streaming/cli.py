@@ -932,6 +932,81 @@ def _service_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_status)
 
 
+# ---- a Spark cluster -------------------------------------------------------------------------
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    """Write the zip that spark-submit ships to the executors (docs/guide/cluster.md)."""
+    from infra.submit import package
+
+    built = package(Path(args.dist))
+    print(f"{built} ({built.stat().st_size:,} bytes)")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Package, then run ``siftstream COMMAND...`` as an application of a Spark cluster through
+    spark-submit, or print that command (docs/guide/cluster.md)."""
+    import shlex
+
+    from infra.submit import package, submit_command, submit_env
+    from streaming.session import SparkConfig
+
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    if not command:
+        raise ValueError("submit: name the siftstream command to run after --, e.g. -- serve --bootstrap-servers H:P")
+    built = package(Path(args.dist))
+    defaults = SparkConfig()
+    cmd = submit_command(
+        args.master,
+        built,
+        _jars(args).spark,
+        command,
+        driver_memory=args.driver_memory or defaults.driver_memory,
+        driver_java_options=f"-XX:-DontCompileHugeMethods -XX:+UseParallelGC {logs.spark_java_options()}",
+        executor_memory=args.executor_memory or defaults.executor_memory,
+        total_executor_cores=args.total_executor_cores,
+        conf=args.conf,
+    )
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return 0
+    env = submit_env()
+    os.execve(cmd[0], cmd, env)  # spark-submit takes this process over: signals reach it directly
+
+
+def _cluster_parsers(sub: Any) -> None:
+    """``siftstream package`` and ``siftstream submit``: the project on a Spark cluster."""
+    p = sub.add_parser(
+        "package",
+        help="write the zip of the project that spark-submit ships to a Spark cluster's executors",
+        description="Writes DIST/siftstream.zip: routing, streaming, producers, schemas and infra with their data "
+        "files, importable from the zip (spark-submit --py-files). Guide: docs/guide/cluster.md",
+    )
+    p.add_argument("--dist", default="dist", help="output folder (default: %(default)s)")
+    p.set_defaults(func=cmd_package)
+
+    p = sub.add_parser(
+        "submit",
+        help="run a siftstream command (serve, a job) on a Spark cluster through spark-submit",
+        description="Packages the project (as siftstream package does), then runs spark-submit --master MASTER "
+        "--deploy-mode client with the Kafka connector jars, the zip as --py-files and streaming/submit_main.py "
+        "running COMMAND: the driver runs here, the executors import the zip. Put the command after --, with "
+        "--bootstrap-servers of a Kafka cluster that the driver and the executors reach. Guide: docs/guide/cluster.md",
+    )
+    p.add_argument("--master", required=True, help="the cluster's master URL, e.g. spark://host:7077")
+    p.add_argument("--dist", default="dist", help="where the zip is written (default: %(default)s)")
+    p.add_argument("--driver-memory", help="the driver's heap (default: the local session's, 4g)")
+    p.add_argument("--executor-memory", help="each executor's heap (default: 1g)")
+    p.add_argument("--total-executor-cores", type=int, help="cores of the cluster to take (default: all)")
+    p.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting for spark-submit (repeatable)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the spark-submit command instead of running it")
+    p.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the siftstream command")
+    p.set_defaults(func=cmd_submit)
+
+
 # ---- clients ---------------------------------------------------------------------------------
 
 
@@ -1342,6 +1417,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plan_parsers(sub)
     _client_parsers(sub)
     _service_parsers(sub)
+    _cluster_parsers(sub)
 
     p = sub.add_parser("simulate", help="play a broker overlay: events, link/broker telemetry, receipts")
     _common(p)

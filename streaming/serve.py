@@ -476,7 +476,10 @@ def serve(cfg: ServeConfig, stop_event: threading.Event | None = None) -> int:
             feeds = _start_feeds(cfg)
             _log(f"demo feeds started: {', '.join(FEEDS)} (about {cfg.demo_rate:g} events/s each)")
         if cfg.jobs:
-            _log(f"starting Spark ({cfg.master}) and the jobs: {', '.join(cfg.jobs)}")
+            from streaming.session import submitted
+
+            master = "spark-submit's master" if submitted() else cfg.master  # docs/guide/cluster.md
+            _log(f"starting Spark ({master}) and the jobs: {', '.join(cfg.jobs)}")
             spark = _session(cfg)
             if logs.current()[0] != "debug":  # --log-level debug: Spark's level as build_session set it
                 spark.sparkContext.setLogLevel("ERROR" if cfg.quiet else logs.spark_level())

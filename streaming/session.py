@@ -20,7 +20,16 @@ if TYPE_CHECKING:
     from infra.connection import KafkaConnection
 
 
-__all__ = ["SparkConfig", "await_query", "build_session", "kafka_stream", "start_batches"]
+__all__ = [
+    "SparkConfig",
+    "await_query",
+    "build_session",
+    "check_executors",
+    "executor_environment",
+    "kafka_stream",
+    "start_batches",
+    "submitted",
+]
 
 
 @dataclass(frozen=True)
@@ -50,54 +59,128 @@ class SparkConfig:
     fair_scheduler: bool = False
 
 
+def submitted() -> bool:
+    """Whether spark-submit started this process: its JVM is already running and ``PythonRunner``
+    passed the gateway's port in ``PYSPARK_GATEWAY_PORT`` (a plain ``python`` starts its own JVM
+    and sets no such variable)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+# Settings that only take effect when the driver's JVM starts, or that pin the driver to loopback:
+# under spark-submit its command line (--driver-memory, --driver-java-options, --jars) and the
+# cluster's network decide them.
+_DRIVER_LAUNCH = (
+    "spark.jars",
+    "spark.driver.host",
+    "spark.driver.bindAddress",
+    "spark.driver.memory",
+    "spark.driver.extraJavaOptions",
+)
+
+
 def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
-    """Create (or return the running) SparkSession. Jars only load on the first call in a process."""
+    """Create (or return the running) SparkSession. Jars only load on the first call in a process.
+
+    Under spark-submit (:func:`submitted`; docs/guide/cluster.md) its settings win: the master and
+    every ``--conf`` that spark-submit passed stay as they are, ``cfg.master`` and ``jars`` are not
+    used (its ``--jars`` are), the settings of :data:`_DRIVER_LAUNCH` are left to spark-submit's
+    command line, and the rest below are defaults for what it did not set.
+    """
     # Python workers must run this interpreter (the venv's), and Spark must stay on loopback.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     java_logs = logs.spark_java_options()
-    builder = (
-        SparkSession.builder.master(cfg.master)
-        .appName(cfg.app_name)
-        .config("spark.jars", ",".join(str(j) for j in jars.spark))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.memory", cfg.driver_memory)
-        .config("spark.executor.memory", cfg.executor_memory)
-        .config("spark.ui.enabled", str(cfg.ui).lower())
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
-        .config("spark.default.parallelism", "2")
-        .config("spark.scheduler.mode", "FAIR" if cfg.fair_scheduler else "FIFO")
+    settings = {
+        "spark.master": cfg.master,
+        "spark.app.name": cfg.app_name,
+        "spark.jars": ",".join(str(j) for j in jars.spark),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.memory": cfg.driver_memory,
+        "spark.executor.memory": cfg.executor_memory,
+        "spark.ui.enabled": str(cfg.ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+        "spark.default.parallelism": "2",
+        "spark.scheduler.mode": "FAIR" if cfg.fair_scheduler else "FIFO",
         # pyspark 4.2.0 can hang in Arrow-optimised Python UDFs (SPARK-58241, fixed in 4.2.1,
         # whose connector jars Maven Central does not serve); our hot paths use mapInArrow.
-        .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.sql.session.timeZone", "UTC")
+        "spark.sql.execution.pythonUDF.arrow.enabled": "false",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.session.timeZone": "UTC",
         # Spark 4.2 asks whether its new "types framework" is on for every nested struct that a
         # decoder builds (TypeOps via SpecificInternalRow, once per event's `attributes` record);
         # left unset, an executor evaluates the default function each time (a new SQLConf plus a
         # read of the environment; docs/decisions/spark-session-settings.md). It only serves TIME
         # columns, which no SiftStream schema has.
-        .config("spark.sql.types.framework.enabled", "false")
+        "spark.sql.types.framework.enabled": "false",
         # Spark's generated code for decode-and-validate exceeds HotSpot's 8,000-byte limit for
         # JIT-compiling a method; without this flag it runs in the bytecode interpreter. ParallelGC:
         # throughput over pause times for micro-batches (docs/decisions/spark-session-settings.md)
         # and the driver's log4j2 configuration: this process's --log-level and --log-format, the
         # messages Spark logs in normal operation hidden (infra/spark-log4j2.properties)
-        .config("spark.driver.extraJavaOptions", f"-XX:-DontCompileHugeMethods -XX:+UseParallelGC {java_logs}")
-        .config("spark.executor.extraJavaOptions", "-XX:-DontCompileHugeMethods -XX:+UseParallelGC")
-    )
+        "spark.driver.extraJavaOptions": f"-XX:-DontCompileHugeMethods -XX:+UseParallelGC {java_logs}",
+        "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods -XX:+UseParallelGC",
+    }
+    if submitted():
+        settings = _unset_by_submit(settings)
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(logs.spark_level())
     if logs.current()[0] != "debug":
         _quiet_loggers(spark)
+    if submitted():
+        logs.get("session").info(check_executors(spark))
     return spark
+
+
+def executor_environment(_: int) -> str:
+    """What an executor's Python worker imports: where the project comes from (the ``--py-files``
+    zip on a cluster), whether a schema loads from there, and the libraries' versions."""
+    import socket
+
+    import fastavro
+    import numpy
+    import pyarrow
+    import scipy
+
+    import routing
+    from schemas.codec import codec_for
+
+    codec_for("Match")  # schemas/*.avsc read through importlib.resources (from the zip)
+    libs = f"numpy {numpy.__version__}, scipy {scipy.__version__}, pyarrow {pyarrow.__version__}"
+    libs += f", fastavro {fastavro.__version__}, Python {sys.version.split()[0]}"
+    where = os.path.abspath(routing.__file__).rsplit("/routing/", 1)[0]  # relative to the executor's folder
+    return f"{socket.gethostname()}: SiftStream from {where} ({libs})"
+
+
+def check_executors(spark: SparkSession) -> str:
+    """Run :func:`executor_environment` in one task per core of the cluster, before any query
+    starts: a Python worker that cannot import the project or its libraries fails here with the
+    import error instead of in the first micro-batch; returns one line per distinct answer."""
+    sc = spark.sparkContext
+    n = max(1, sc.defaultParallelism)
+    try:
+        seen = sorted(set(sc.parallelize(range(n), n).map(executor_environment).collect()))
+    except Exception as exc:  # py4j's error carries the worker's traceback
+        raise RuntimeError(f"the executors cannot run SiftStream (docs/guide/cluster.md): {exc}") from exc
+    return f"executors of {sc.master}: " + "; ".join(seen)
+
+
+def _unset_by_submit(settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` less :data:`_DRIVER_LAUNCH` and less every key that spark-submit already set
+    (the JVM's ``spark.*`` system properties, read through the gateway it started)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's gateway; starts no JVM
+    present = SparkConf()  # loadDefaults: the spark.* system properties spark-submit passed
+    return {k: v for k, v in settings.items() if k not in _DRIVER_LAUNCH and not present.contains(k)}
 
 
 # Warnings Spark repeats for every query or micro-batch that say nothing about this project's
