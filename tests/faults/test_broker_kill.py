@@ -176,5 +176,5 @@ def test_matching_survives_a_broker_killed_mid_run(
     assert set(matches) == set(published), f"lost: {sorted(set(published) - set(matches))[:10]}"
     for eid, recs in matches.items():
         assert all(r == recs[0] for r in recs), f"differing duplicates for {eid}"
-        assert recs[0]["subscription_ids"] == want[eid], eid
+        assert recs[0]["subscription_ids"] == want[eid], (eid, recs[0]["subscription_ids"], want[eid])
     assert sum(len(ids) for ids in want.values()) > len(published)  # the filters are not trivial
