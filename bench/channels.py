@@ -382,13 +382,15 @@ def job_check_seed(args: argparse.Namespace, seed: int) -> None:
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
     print(
         f"== auto at the job's scale: {desc}; sample = the first {size} matched events ({int(hits.sum())} matches), "
-        f"later = the next {later.shape[1]} ({int(later.nnz)} matches); K={k}, psi={args.psi}, seed {seed}; "
-        f"hits {t_hits:.1f}s; OPENBLAS_NUM_THREADS={blas}"
+        f"later = the next {later.shape[1]} ({int(later.nnz)} matches); K={k}, psi={args.psi}, seed {seed}, "
+        f"auto's budget {args.job_budget_ms:g} ms; hits {t_hits:.1f}s; OPENBLAS_NUM_THREADS={blas}"
     )
     print(f"   {'method':<22} {'time s':>7} {'sample FP':>11} {'later FP':>11} {'later D':>11} {'channels/event':>14}")
     sample_fp: dict[str, int] = {}
     for method in ("flooding", "approx", "spectral-ncut", "auto"):
-        t, (labels, used) = timed(lambda m=method: recluster(hits, ids, k, m, args.psi, seed))
+        t, (labels, used) = timed(
+            lambda m=method: recluster(hits, ids, k, m, args.psi, seed, budget_ms=args.job_budget_ms)
+        )
         fp, d, writes, matched = later_metrics(later, labels)
         if method != "auto":
             sample_fp[method] = false_positives(hits, labels)
@@ -555,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job-check", action="store_true", help="only auto's choice at the job's scale (see above)")
     ap.add_argument("--job-subs", type=int, default=100_000, help="--job-check: subscriptions")
     ap.add_argument("--job-seeds", default="0", help="--job-check: seeds (comma list), one reading each")
+    ap.add_argument(
+        "--job-budget-ms", type=float, default=2000.0, help="--job-check: auto's budget (the job's default: 2000)"
+    )
     ap.add_argument(
         "--scale-workload",
         default="Gryphon 0.88",

@@ -94,14 +94,15 @@ BOUNDED_METHODS = tuple(m for m in CHANNEL_METHODS if m not in ("ideal", "auto")
 """The methods ``auto`` may choose among."""
 
 AUTO_BASELINES = ("flooding", "approx", "ck", "ov")
-"""The candidates ``auto`` always runs (each where it applies), whatever its budget: flooding and
-the three baselines it must never do worse than (Opyrchal's ``approx``, the structural ``ck`` and
-``ov``). The budget bounds only the candidates after them."""
+"""Candidates ``auto`` always runs (each where it applies), whatever its budget: flooding and the
+three baselines it must never do worse than (Opyrchal's ``approx``, the structural ``ck`` and
+``ov``). ``routing.channels.planner.AUTO_ALWAYS`` adds the default method; the budget bounds only
+the others."""
 
-AUTO_RUN_ORDER = (*AUTO_BASELINES, "exact", "spectral-ncut", "spectral-rassoc", "kmeans")
-"""The order ``auto`` runs its candidates in: the baselines, then the rest cheapest first as N
-grows (``exact`` refuses at once beyond its limit; ``kmeans`` on full similarity rows costs
-most). Ties between candidates still go to the first in :data:`BOUNDED_METHODS` (the contract's
+AUTO_RUN_ORDER = (*AUTO_BASELINES, "spectral-ncut", "exact", "spectral-rassoc", "kmeans")
+"""The order ``auto`` runs its candidates in: the baselines, the default ``spectral-ncut``, then the
+rest cheapest first as N grows (``exact`` refuses at once beyond its limit; ``kmeans`` on full
+similarity rows costs most). Ties between candidates still go to the first in :data:`BOUNDED_METHODS` (the contract's
 table order)."""
 
 EXACT_LIMIT = 12

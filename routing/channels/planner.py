@@ -3,12 +3,13 @@
 Runs one method of docs/reference/channels.md §4 on a :class:`ChannelInstance`, recomputes
 every number of the plan from scratch (:func:`~routing.channels.match_sets.plan_metrics`) and
 builds the document of §5, keys in the contract's order. ``auto`` runs the bounded methods in
-:data:`~routing.channels.methods.AUTO_RUN_ORDER` while the time budget lasts (flooding and the
-baselines always) and keeps the fewest false positives, the first in table order on a tie. From
-:data:`HOLDOUT_MIN_EVENTS` held-out events on, it fits every candidate on the older events of the
-sample and keeps the fewest false positives on the newest :data:`HOLDOUT_FRACTION` of it
-(:func:`holdout_split`): a choice made on the events a plan was fitted to prefers the plan that
-fits them most, not the one that does best on the events that follow.
+:data:`~routing.channels.methods.AUTO_RUN_ORDER` while the time budget lasts (:data:`AUTO_ALWAYS`,
+flooding, the baselines and the default method, always) and keeps the fewest false positives, the
+first in table order on a tie. From :data:`HOLDOUT_MIN_EVENTS` held-out events on, it fits every
+candidate on the older events of the sample and keeps the fewest false positives on the newest
+:data:`HOLDOUT_FRACTION` of it (:func:`holdout_split`): a choice made on the events a plan was
+fitted to prefers the plan that fits them most, not the one that does best on the events that
+follow.
 
 Examples
 --------
@@ -55,6 +56,7 @@ from routing.channels.similarity import jaccard, recent_windows
 from routing.matching.language import Filter
 
 __all__ = [
+    "AUTO_ALWAYS",
     "DEFAULT_BUDGET_MS",
     "DEFAULT_METHOD",
     "DENSE_SIMILARITY_LIMIT",
@@ -73,6 +75,12 @@ __all__ = [
 
 DEFAULT_METHOD = "spectral-ncut"
 DEFAULT_BUDGET_MS = 2000
+
+AUTO_ALWAYS = (*AUTO_BASELINES, DEFAULT_METHOD)
+"""The candidates ``auto`` runs whatever its budget: flooding, the baselines it must not do worse
+than, and the default method, so that auto never chooses without the plan the default would have
+made (at 100,000 subscriptions a 2 s budget is spent before spectral-ncut starts, and a choice
+between flooding and approx alone kept approx, docs/results/channels.md)."""
 
 SPARSE_NCUT_FROM = 2000
 """From this many subscriptions ``spectral-ncut`` runs :func:`~routing.channels.methods.spectral_ncut_sparse`
@@ -170,7 +178,7 @@ def recluster(
     ``hits[i, j]`` says whether subscription ``ids[i]`` matched the sample's event j: a dense bool
     array or a :class:`scipy.sparse.csr_matrix` (its stored non-zero entries are the matches). The
     methods are the bounded ones of :func:`plan_channels` and ``auto`` (:func:`select_auto`: the
-    candidates of :data:`AUTO_RUN_ORDER`, the :data:`AUTO_BASELINES` always and the others while
+    candidates of :data:`AUTO_RUN_ORDER`, the :data:`AUTO_ALWAYS` always and the others while
     ``budget_ms`` lasts, fitted on the sample's older events and judged by their false positives on
     its newest :data:`HOLDOUT_FRACTION`). ``ck`` and ``ov`` read the subscriptions' ``filters`` (parsed, in ``ids``
     order) and the attributes' ``domains``; without both they are refused (``auto`` skips them).
@@ -255,21 +263,21 @@ def select_auto(
 ) -> AutoChoice:
     """``auto``: run the candidates of :data:`AUTO_RUN_ORDER` and keep the best plan.
 
-    ``fit(candidate, fit_prep)`` returns a candidate's labels for the instance ``fit_prep`` (None, or
-    :class:`ChannelError` / :class:`ExactLimitError`, when it does not apply). The baselines of
-    :data:`AUTO_BASELINES` always run; the others while ``budget_ms`` (from ``started``) lasts,
-    checked between candidates. With h = :func:`holdout_split` of the sample's events below its
-    size, every candidate is fitted on the events before h and the winner is the fewest false
-    positives on the events from h on (ties: the fewest on the whole sample, then the contract's
-    table order). The winner is then refitted on the whole sample (a plan fitted on three quarters
-    of the sample loses some quality, and the newest events are the nearest to the stream that
-    follows): always when it is one of the baselines, which run whatever the budget (so auto's plan
-    is then the baseline's own plan of the sample), and otherwise when what is left of the budget
-    covers its fit time scaled by the events. When it does not (at 32,000 subscriptions the budget
-    holds spectral-ncut once, not twice), the plan fitted on the older events is returned, the plan
-    the held-out score was measured on. ``refitted`` says which. With nothing held out, every
-    candidate is fitted and scored on the whole sample (the fewest false positives on the sample,
-    ties by table order).
+    ``fit(candidate, fit_prep)`` returns a candidate's labels for the instance ``fit_prep`` (None,
+    or :class:`ChannelError` / :class:`ExactLimitError`, when it does not apply). The candidates of
+    :data:`AUTO_ALWAYS` (flooding, the baselines and the default method) always run; the others
+    while ``budget_ms`` (from ``started``) lasts, checked before each. With h =
+    :func:`holdout_split` of the sample's events below its size, every candidate is fitted on the
+    events before h and the winner is the fewest false positives on the events from h on (ties: the
+    fewest on the whole sample, then the contract's table order). The winner is then refitted on the
+    whole sample (a plan fitted on three quarters of the sample loses some quality, and the newest
+    events are the nearest to the stream that follows): always when it is one of the baselines,
+    which run whatever the budget (so auto's plan is then the baseline's own plan of the sample),
+    and otherwise when what is left of the budget covers its fit time scaled by the events. When it
+    does not (at 32,000 subscriptions the budget holds spectral-ncut once, not twice), the plan
+    fitted on the older events is returned, the plan the held-out score was measured on.
+    ``refitted`` says which. With nothing held out, every candidate is fitted and scored on the
+    whole sample (the fewest false positives on the sample, ties by table order).
 
     >>> hits = np.array([[1, 0], [1, 0], [0, 1]], dtype=bool)
     >>> inst = ChannelInstance(2, 20, 0, ("a", "b", "c"), (), (), (), {})
@@ -289,8 +297,8 @@ def select_auto(
     labels_of: dict[str, npt.NDArray[np.int64]] = {}
     fit_ms: dict[str, float] = {}
     for candidate in AUTO_RUN_ORDER:
-        if candidate not in AUTO_BASELINES and (time.perf_counter() - started) * 1000 > budget_ms:
-            break
+        if candidate not in AUTO_ALWAYS and (time.perf_counter() - started) * 1000 > budget_ms:
+            continue
         began = time.perf_counter()
         try:
             labels = fit(candidate, fit_prep)

@@ -101,15 +101,19 @@ def test_auto_chooses_by_the_held_out_events_not_the_sample() -> None:
     assert {n for m, n in calls[:-1]} == {300} and calls[-1] == ("spectral-ncut", 400) and choice.refitted
 
 
-def test_a_baseline_winner_is_refitted_whatever_the_budget() -> None:
+def test_a_spent_budget_runs_the_baselines_and_the_default_and_refits_a_baseline_winner() -> None:
     prep, plans = _drifting_sample()
     calls: list[tuple[str, int]] = []
-    choice = select_auto(prep, _fit_from(plans, calls), budget_ms=0)
-    # a spent budget runs only the baselines (flooding and approx here); they tie on the held-out
-    # events, approx has fewer false positives on the whole sample, and a baseline is always refitted
-    assert choice.chosen == "approx" and choice.held_out_fp["approx"] == choice.held_out_fp["flooding"]
+    # approx makes "new" here, spectral-ncut "old": the held-out winner is a baseline
+    swapped = {"old": plans["new"], "new": plans["old"]}
+    choice = select_auto(prep, _fit_from(swapped, calls), budget_ms=0)
+    assert [m for m, _ in calls[:-1]] == ["flooding", "approx", "ck", "ov", "spectral-ncut"]  # AUTO_ALWAYS
+    assert choice.chosen == "approx" and choice.held_out_fp["approx"] == 0
     assert choice.refitted and calls[-1] == ("approx", 400)
-    assert [m for m, _ in calls].count("spectral-ncut") == 0
+    # the default method as the winner with a spent budget is not refitted
+    calls[:] = []
+    choice = select_auto(prep, _fit_from(plans, calls), budget_ms=0)
+    assert choice.chosen == "spectral-ncut" and not choice.refitted and all(n == 300 for _, n in calls)
 
 
 class _Clock:

@@ -360,8 +360,9 @@ def test_auto_runs_every_bounded_method_once_cheapest_first_and_breaks_ties_by_t
 
     assert sorted(AUTO_RUN_ORDER) == sorted(BOUNDED_METHODS) and len(set(AUTO_RUN_ORDER)) == len(AUTO_RUN_ORDER)
     out = plan_channels(ChannelInstance.from_json(EXAMPLE), "auto", budget_ms=0)
-    # a spent budget still runs flooding and the three baselines; ck, ov and approx tie at 3
-    assert out["candidates"] == {"flooding": 7, "ck": 3, "ov": 3, "approx": 3} and out["chosen"] == "ck"
+    # a spent budget still runs flooding, the three baselines and the default; all but flooding tie at 3
+    assert out["candidates"] == {"flooding": 7, "ck": 3, "ov": 3, "spectral-ncut": 3, "approx": 3}
+    assert out["chosen"] == "ck"
     full = plan_channels(ChannelInstance.from_json(EXAMPLE), "auto")
     assert list(full["candidates"]) == list(BOUNDED_METHODS)
     assert full["chosen"] == "exact"  # exact, ck, ov, spectral-ncut and approx all reach FP 3: the table's first
