@@ -100,14 +100,19 @@ def test_serve_submitted_with_spark_submit_matches_on_the_cluster(
     kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path, standalone_cluster: Any
 ) -> None:
     """``siftstream submit --dry-run`` prints the spark-submit command; run as printed, ``serve
-    --jobs matching`` against the test's broker (outside Spark: --bootstrap-servers) writes the
-    oracle's Match records and dead letters, the application holds the worker's cores, its Python
-    workers import the project from the shipped zip, and SIGTERM to the driver stops it with exit 0."""
+    --jobs matching`` against the test's broker (outside Spark: --bootstrap-servers, with a
+    --kafka-config file) writes the oracle's Match records and dead letters, the application holds
+    the worker's cores, its Python workers import the project from the shipped zip, and SIGTERM to
+    the driver stops it with exit 0."""
     cluster = standalone_cluster
     subs = base_subscriptions()
     bad_events = produce(kafka_conn, topic_prefix, subs, "a", 300, seed=11)
 
+    # a client properties file as for a secured cluster: one key for both clients, one for Spark's only
+    client = tmp_path / "client.properties"
+    client.write_text("security.protocol=PLAINTEXT\njava.metadata.max.age.ms=60000\n")
     serve = ["serve", "--jobs", "matching", "--bootstrap-servers", kafka_conn.bootstrap_servers]
+    serve += ["--kafka-config", str(client)]
     serve += ["--topic-prefix", topic_prefix, "--home", str(tmp_path / "home"), "--http-port", "-1"]
     serve += ["--checkpoint-dir", str(tmp_path / "checkpoints"), "--trigger-interval", "2 seconds"]
     submit = [sys.executable, "-m", "streaming.cli", "submit", "--master", cluster.master_url, "--dry-run"]
