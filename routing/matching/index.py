@@ -29,6 +29,7 @@ Examples
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -41,7 +42,17 @@ import numpy.typing as npt
 
 from routing.matching import kernels as K
 from routing.matching.collector import collector_paused
-from routing.matching.language import Filter, Kind, Op, Predicate, parse_filter
+from routing.matching.language import (
+    _SIMPLE_FILTER,
+    _SIMPLE_PREDICATE,
+    Filter,
+    Kind,
+    Op,
+    Predicate,
+    Value,
+    _simple_parts,
+    parse_filter,
+)
 
 __all__ = ["BruteForceIndex", "EventBatch", "MatchIndex", "Matches"]
 
@@ -363,6 +374,7 @@ _OPS: Final = {
     Op.EQ.name: K.O_EQ, Op.NE.name: K.O_NE, Op.LT.name: K.O_LT, Op.LE.name: K.O_LE, Op.GT.name: K.O_GT,
     Op.GE.name: K.O_GE, Op.BETWEEN.name: K.O_BETWEEN, Op.IN.name: K.O_IN, Op.NOT_IN.name: K.O_NOT_IN,
 }  # fmt: skip
+_SYMBOL_OPS: Final = {"=": K.O_EQ, "!=": K.O_NE, "<": K.O_LT, "<=": K.O_LE, ">": K.O_GT, ">=": K.O_GE}
 _DOUBLE_INTS: Final = 2**53  # integers up to this magnitude are exact doubles
 _NUMBER: Final = Kind.NUMBER
 
@@ -574,7 +586,8 @@ class MatchIndex:
         # changes queued until the next apply, flush or match (the last of each id), with the texts
         # among them that the text cache lacks, parsed; the subscriptions with the queue applied
         self._queue: dict[str, Filter | str | None] = {}
-        self._queue_parsed: dict[str, Filter] = {}
+        self._queue_parsed: dict[str, Filter | None] = {}  # None: of the simple shapes, compiled from the text
+        self._simple_memo: dict[tuple[str | None, ...], _Record] = {}  # a simple predicate's record by its groups
         self._n_subs = 0
         # bit work batched until the next match
         self._pending_set: list[int] = []
@@ -631,10 +644,11 @@ class MatchIndex:
         staged = list(changes)
         if any(map(isinstance, map(_SECOND, staged), repeat(str))):
             texts, parsed = self._text_memo, self._queue_parsed
-            new: dict[str, Filter] = {}
+            new: dict[str, Filter | None] = {}
+            simple = _SIMPLE_FILTER.fullmatch
             for _, filt in staged:
                 if isinstance(filt, str) and filt not in texts and filt not in parsed and filt not in new:
-                    new[filt] = parse_filter(filt)
+                    new[filt] = None if simple(filt) is not None else parse_filter(filt)
             parsed.update(new)
         return staged
 
@@ -806,7 +820,7 @@ class MatchIndex:
             self._str_count[a] = len(codes)
         return c
 
-    def _fids_of(self, filters: list[Filter | str], parsed: dict[str, Filter]) -> npt.NDArray[np.int64]:
+    def _fids_of(self, filters: list[Filter | str], parsed: dict[str, Filter | None]) -> npt.NDArray[np.int64]:
         """The fid of each filter (texts that the text cache lacks are in ``parsed``)."""
         if all(map(isinstance, filters, repeat(Filter))):
             recs, slows, keys = self._compile_many(cast(list[Filter], filters))
@@ -825,22 +839,31 @@ class MatchIndex:
         fid_at[leads] = self._fids_for([recs[i] for i in leads], [slows[i] for i in leads], [keys[i] for i in leads])
         return fid_at[np.asarray(lead, dtype=np.int64)]
 
-    def _compile_texts(self, filters: list[Filter | str], parsed: dict[str, Filter]) -> _CompiledMany:
-        """``_compile_many`` of filters among which are texts (cached by text)."""
+    def _compile_texts(self, filters: list[Filter | str], parsed: dict[str, Filter | None]) -> _CompiledMany:
+        """``_compile_many`` of filters among which are texts (cached by text); a new text of the
+        parser's simple shapes is compiled from the text itself (``_compile_simple``)."""
         texts = self._text_memo
         compiled: list[_Compiled] = []
         to_compile: list[Filter] = []
         where: list[int] = []
         new_texts: list[tuple[int, str]] = []
         none: _Compiled = ((), None, 0)
-        for filt in filters:
-            if isinstance(filt, str):
-                known = texts.get(filt)
+        for item in filters:
+            if isinstance(item, str):
+                known = texts.get(item)
                 if known is not None:
                     compiled.append(known)
                     continue
-                new_texts.append((len(compiled), filt))
-                filt = parsed[filt]  # parsed when queued, since the cache lacked it then
+                new_texts.append((len(compiled), item))
+                filt = parsed[item]  # parsed when queued, since the cache lacked it then
+                if filt is None:  # of the simple shapes
+                    direct = self._compile_simple(item)
+                    if direct is not None:
+                        compiled.append(direct)
+                        continue
+                    filt = parse_filter(item)  # a predicate Python must check: the Filter path
+            else:
+                filt = item
             where.append(len(compiled))
             to_compile.append(filt)
             compiled.append(none)
@@ -851,6 +874,62 @@ class MatchIndex:
                 texts.clear()
             texts[text] = compiled[i]
         return list(map(_FIRST, compiled)), list(map(_SECOND, compiled)), list(map(_THIRD, compiled))
+
+    def _compile_simple(self, text: str) -> _Compiled | None:
+        """The compiled form of a text that ``_SIMPLE_FILTER`` accepts, made from the matched groups
+        of each predicate without a ``Filter`` (each predicate's record cached by its groups), or
+        None when some predicate is one Python must check (an integer beyond 2**53, a string
+        ordering): those take the ``Filter`` path. Equal to what ``_compile_many`` makes of
+        ``parse_filter(text)``: the records are those of ``_record_of`` for the same predicates."""
+        memo = self._simple_memo
+        records: list[_Record] = []
+        match, pos, n = _SIMPLE_PREDICATE.match, 0, len(text)
+        while pos < n or not records:
+            m = cast(re.Match[str], match(text, pos))  # the whole text matched _SIMPLE_FILTER
+            groups = m.groups()
+            record = memo.get(groups)
+            if record is None:
+                record = self._simple_number_record(groups)
+            if record is None:
+                parts = _simple_parts(groups)
+                if parts is None:  # pragma: no cover  (_SIMPLE_FILTER takes no boolean ordered)
+                    return None
+                record, slow, _ = self._record_of(*parts)
+                if slow:
+                    return None
+                if len(memo) >= _MEMO_SIZE:
+                    memo.clear()
+                memo[groups] = record
+            records.append(record)
+            pos = m.end()
+        records.sort()
+        recs = tuple(records)
+        return recs, None, hash(recs)
+
+    def _simple_number_record(self, groups: tuple[str | None, ...]) -> _Record | None:
+        """``_record_of`` for a simple predicate on an integer literal of at most 15 characters
+        (an exact double) without making its parts: ``between``, then the comparisons; None for
+        the others. New literals become cuts as in ``_record_of``."""
+        name, symbol, number, _, _, low, high = groups
+        if symbol is None:
+            if len(cast(str, low)) > 15 or len(cast(str, high)) > 15:
+                return None
+            x, y, o = float(int(cast(str, low))), float(int(cast(str, high))), K.O_BETWEEN
+        elif number is not None and len(number) <= 15:
+            x = y = float(int(number))
+            o = _SYMBOL_OPS[symbol]
+        else:
+            return None
+        a = self._attr_of.get(cast(str, name))
+        if a is None:
+            a = self._attr(cast(str, name))
+        cuts = self._cut_sets[a]
+        if len(cuts) < self._max_cuts:
+            if x not in cuts:
+                self._cut(a, x)
+            if y not in cuts and len(cuts) < self._max_cuts:
+                self._cut(a, y)
+        return a << 8 | K.P_NUMBER << 4 | o, x, y, ()
 
     def _compile_many(self, filters: Sequence[Filter]) -> _CompiledMany:
         """Each filter's predicate records sorted by attribute, the filter itself when Python must
@@ -898,10 +977,13 @@ class MatchIndex:
         New literals become cuts or string rows here, once: the record depends only on the
         predicate (attribute indexes and string codes never change), so it is cached.
         """
-        a = self._attr_of.get(p.attribute)
+        return self._record_of(p.attribute, p.op, p.values, p._kind)
+
+    def _record_of(self, attribute: str, op: Op, values: tuple[Value, ...], kind: Kind | None) -> _Cached:
+        """``_compile_predicate`` of the predicate ``attribute op values`` (literals of ``kind``)."""
+        a = self._attr_of.get(attribute)
         if a is None:
-            a = self._attr(p.attribute)
-        op, values, kind = p.op, p.values, p._kind
+            a = self._attr(attribute)
         lists = op is Op.IN or op is Op.NOT_IN
         if op is Op.EXISTS:
             return (a << 8 | K.P_EXISTS << 4 | K.O_NONE, 0.0, 0.0, ()), False, kind

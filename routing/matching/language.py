@@ -636,6 +636,21 @@ _FIRST_OF: Final = itemgetter(0)
 _SECOND_OF: Final = itemgetter(1)
 
 
+def _simple_parts(groups: _SimpleGroups) -> tuple[str, Op, tuple[Value, ...], Kind] | None:
+    """The attribute, operator, literals and kind of the predicate that :data:`_SIMPLE_PREDICATE`
+    matched with these ``groups``, or None for a boolean ordered (the parser says why not)."""
+    name, symbol, number, quoted, flag, low, high = groups
+    if symbol is None:
+        return cast(str, name), Op.BETWEEN, (int(cast(str, low)), int(cast(str, high))), Kind.NUMBER
+    if number is not None:
+        return cast(str, name), _COMPARISONS[symbol], (int(number),), Kind.NUMBER
+    if quoted is not None:
+        return cast(str, name), _COMPARISONS[symbol], (quoted,), Kind.STRING
+    if symbol == "=" or symbol == "!=":
+        return cast(str, name), _COMPARISONS[symbol], (cast(str, flag).lower() == "true",), Kind.BOOLEAN
+    return None
+
+
 def _simple_predicate(groups: _SimpleGroups) -> tuple[Predicate, _Check] | None:
     """The predicate that :data:`_SIMPLE_PREDICATE` matched with these ``groups`` (and its
     ``Filter`` check), cached under the groups (plain strings: a key holding an ``Op`` would be
@@ -645,28 +660,16 @@ def _simple_predicate(groups: _SimpleGroups) -> tuple[Predicate, _Check] | None:
     made them (a valid name, the operator's arity, one kind of finite literals, booleans only
     with = and !=). Spellings of one predicate (``x=1``, ``x = 01``) are equal objects, not one.
     """
-    name, symbol, number, quoted, flag, low, high = groups
+    parts = _simple_parts(groups)
+    if parts is None:
+        return None
+    name, op, values, kind = parts
+    test = _BETWEEN_TEST(*values) if op is Op.BETWEEN else _compile(op, kind, values)
     found = object.__new__(Predicate)
-    if symbol is None:
-        lo, hi = int(cast(str, low)), int(cast(str, high))
-        test = _BETWEEN_TEST(lo, hi)
-        vars(found).update(attribute=name, op=Op.BETWEEN, values=(lo, hi), _kind=Kind.NUMBER, _test=test)
-    else:
-        values: tuple[Value, ...]
-        if number is not None:
-            values, kind = (int(number),), Kind.NUMBER
-        elif quoted is not None:
-            values, kind = (quoted,), Kind.STRING
-        elif symbol == "=" or symbol == "!=":
-            values, kind = (cast(str, flag).lower() == "true",), Kind.BOOLEAN
-        else:
-            return None
-        op = _COMPARISONS[symbol]
-        test = _compile(op, kind, values)
-        vars(found).update(attribute=name, op=op, values=values, _kind=kind, _test=test)
+    vars(found).update(attribute=name, op=op, values=values, _kind=kind, _test=test)
     if len(_SIMPLE_PREDICATES) >= _MAX_PREDICATES:
         _SIMPLE_PREDICATES.clear()
-    made = _SIMPLE_PREDICATES[groups] = (found, (cast(str, name), test))
+    made = _SIMPLE_PREDICATES[groups] = (found, (name, test))
     return made
 
 

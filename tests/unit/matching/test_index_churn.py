@@ -247,3 +247,27 @@ def test_long_churn_in_batches_against_the_oracle() -> None:
             check_matches = index.match(events).all_ids() == oracle.match(events).all_ids()
             assert check_matches, f"round {round_}"
             assert len(index) == len(oracle) == index.stats()["subscriptions"] == len(live)
+
+
+@PARITY
+@given(filters=st.lists(index_filters(), min_size=1, max_size=8), events=st.lists(index_events(), max_size=8))
+def test_texts_of_the_simple_shapes_compile_as_their_filters(
+    filters: list[Filter], events: list[dict[str, object]]
+) -> None:
+    """A text of the parser's simple shapes is compiled from the text (no ``Filter``); its
+    records, and the fids it shares, are those of the parsed filter, and it matches like it."""
+    from routing.matching.language import _SIMPLE_FILTER
+
+    index = MatchIndex(max_cuts=2, max_strings=2)
+    for f in filters:
+        text = str(f)
+        direct = index._compile_simple(text) if _SIMPLE_FILTER.fullmatch(text) else None
+        recs, slows, keys = index._compile_many([parse_filter(text)])
+        if direct is not None:
+            assert direct == (recs[0], slows[0], keys[0]), text
+    index.apply([(f"t{i}", str(f)) for i, f in enumerate(filters)] + [(f"f{i}", f) for i, f in enumerate(filters)])
+    oracle = BruteForceIndex()
+    oracle.apply([(f"t{i}", f) for i, f in enumerate(filters)] + [(f"f{i}", f) for i, f in enumerate(filters)])
+    check_same(index, oracle, events or [{}])
+    for i in range(len(filters)):  # a text and its filter share one distinct filter
+        assert index._sub_fid[index._slot_of[f"t{i}"]] == index._sub_fid[index._slot_of[f"f{i}"]]
