@@ -1505,9 +1505,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--method",
         choices=["flooding", "exact", "ck", "ov", "kmeans", "spectral-rassoc", "spectral-ncut", "approx", "auto"],
-        default="spectral-ncut",
-        help="re-clustering method, routing.channels.RECLUSTER_METHODS; auto keeps the fewest false positives "
-        "among those run within --budget-ms (default: %(default)s)",
+        default="auto",
+        help="re-clustering method, routing.channels.RECLUSTER_METHODS; auto fits flooding, the baselines, "
+        "spectral-ncut and what else --budget-ms allows on the sample's older events and keeps the fewest false "
+        "positives on its newest quarter (docs/reference/channels.md) (default: %(default)s)",
     )
     p.add_argument("--budget-ms", type=float, default=2000.0, help="time budget of auto (default: %(default)s)")
     p.add_argument(

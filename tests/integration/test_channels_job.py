@@ -32,7 +32,7 @@ A = ["a1", "a2", "a3", "a4"]
 B = ["b1", "b2", "b3", "b4"]
 X = ["a1", "a2", "b1", "b2"]  # the groups after the drift
 Y = ["a3", "a4", "b3", "b4"]
-CONFIG = ChannelMonitorConfig(k=2, sample_events=200, min_interval_ms=10_000)
+CONFIG = ChannelMonitorConfig(k=2, sample_events=200, min_interval_ms=10_000, method="spectral-ncut")
 
 
 def send(conn: KafkaConnection, topic: str, schema: str, records: list[dict[str, Any]], key: str) -> None:
