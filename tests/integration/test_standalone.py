@@ -4,6 +4,7 @@ shipped to the executors as the zip of ``siftstream package`` (docs/guide/cluste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -160,6 +161,8 @@ def test_serve_submitted_with_spark_submit_matches_on_the_cluster(
         assert executor_dirs and all((d / ZIP_NAME).is_file() for d in executor_dirs), executor_dirs
         said = [line for line in log.read_text().splitlines() if f"executors of {cluster.master_url}: " in line]
         assert said and f"SiftStream from {executor_dirs[0] / ZIP_NAME}" in said[0], said
+        # a --conf of submit reached the executors: their numba cache is where it said
+        assert list((tmp_path / "cache" / "numba").iterdir())
 
         # SIGTERM to the Python driver (spark-submit's child) stops serve as Ctrl-C does
         drivers = [pid for pid in children(proc.pid) if b"submit_main.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
@@ -171,6 +174,7 @@ def test_serve_submitted_with_spark_submit_matches_on_the_cluster(
     finally:
         if proc.poll() is None:
             for pid in children(proc.pid):
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             proc.kill()
             proc.wait()
