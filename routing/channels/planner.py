@@ -46,7 +46,9 @@ from routing.channels.methods import (
     exact,
     flooding,
     ideal,
+    join_isolated,
     kmeans_on_rows,
+    number_channels,
     ov,
     spectral_ncut,
     spectral_ncut_sparse,
@@ -275,7 +277,9 @@ def select_auto(
     which run whatever the budget (so auto's plan is then the baseline's own plan of the sample),
     and otherwise when what is left of the budget covers its fit time scaled by the events. When it
     does not (at 32,000 subscriptions the budget holds spectral-ncut once, not twice), the plan
-    fitted on the older events is returned, the plan the held-out score was measured on.
+    fitted on the older events is returned, the plan the held-out score was measured on, except
+    that the subscriptions that matched none of the older events but some of the newest are placed
+    again by the join rule on the whole sample (fitted blind, they had all joined one channel).
     ``refitted`` says which. With nothing held out, every candidate is fitted and scored on the
     whole sample (the fewest false positives on the sample, ties by table order).
 
@@ -317,9 +321,30 @@ def select_auto(
     affordable = chosen in AUTO_BASELINES or fit_ms[chosen] * events / split <= left_ms
     refit = split < events and chosen != "flooding" and affordable
     if refit:
-        labels = fit(chosen, prep)  # it ran on the older events, so it runs here
-        assert labels is not None
+        refitted = fit(chosen, prep)  # it ran on the older events, so it runs here
+        assert refitted is not None
+        labels = refitted
+    elif split < events and chosen != "flooding":
+        labels = _join_unseen(hits, fit_prep.hits, labels, prep.instance)
     return AutoChoice(chosen, labels, sample_fp, held_out_fp, events - split, refit)
+
+
+def _join_unseen(
+    hits: npt.NDArray[np.bool_],
+    older: npt.NDArray[np.bool_],
+    labels: npt.NDArray[np.int64],
+    inst: ChannelInstance,
+) -> npt.NDArray[np.int64]:
+    """A plan fitted on the older events, with the subscriptions that matched none of them but some
+    of the newest placed again by the join rule on the whole sample (in id order), as the channels
+    job places a new subscription: fitted blind, they all joined the channel that carried least."""
+    unseen = ~older.any(axis=1) & hits.any(axis=1)
+    if not unseen.any():
+        return labels
+    placed = labels.copy()
+    placed[unseen] = -1
+    ids = inst.subscription_ids
+    return number_channels(join_isolated(hits, placed, ids, inst.k), ids)
 
 
 def plan_channels(

@@ -222,3 +222,35 @@ def test_recluster_auto_returns_the_plan_select_auto_chose(budget_ms: int) -> No
     assert np.array_equal(labels, older) or np.array_equal(labels, refit)
     if budget_ms == 0:  # only the baselines ran, and a baseline winner is the baseline's plan of the whole sample
         assert used in ("flooding", "approx", "ck", "ov") and np.array_equal(labels, refit)
+
+
+def test_a_kept_fit_places_the_subscriptions_unseen_in_the_older_events_by_the_join_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from routing.channels.methods import join_isolated, number_channels
+
+    prep, _ = _drifting_sample()
+    hits = np.vstack([prep.hits, np.zeros((1, 400), dtype=bool)])
+    hits[4, 300::2] = True  # e matches only newest events, with b and c
+    inst = ChannelInstance(2, 20, 0, ("a", "b", "c", "d", "e"), (), (), (), {})
+    clock = _Clock(1.0)
+    monkeypatch.setattr(planner, "time", clock)
+    fitted_on: list[int] = []
+
+    def fit(method: str, p: PreparedInstance) -> np.ndarray | None:
+        fitted_on.append(p.hits.shape[1])
+        if method == "flooding":
+            return np.zeros(5, dtype=np.int64)
+        if method != "spectral-ncut":
+            return None
+        clock.now += clock.step  # too slow to refit within the budget
+        assert not p.hits[4].any()  # e matched none of the older events: fitted blind, next to a
+        return np.array([0, 1, 1, 0, 0], dtype=np.int64)
+
+    choice = select_auto(PreparedInstance(inst, hits), fit, budget_ms=1500)
+    assert choice.chosen == "spectral-ncut" and not choice.refitted and set(fitted_on) == {300}
+    expected = number_channels(
+        join_isolated(hits, np.array([0, 1, 1, 0, -1]), list(inst.subscription_ids), 2), inst.subscription_ids
+    )
+    assert choice.labels.tolist() == expected.tolist() == [0, 1, 1, 0, 1]  # e joins b and c, who carry its events
+    assert false_positives(hits, choice.labels) < false_positives(hits, np.array([0, 1, 1, 0, 0]))
