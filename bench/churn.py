@@ -28,9 +28,9 @@ alternating), and both compared with ``BruteForceIndex`` on a sample of events.
 **Cold start** (``--cold N``, e.g. 1,000,000; off by default): N W1 subscribe records encoded
 with the subscriptions topic's schema (``schemas.codec``), then timed: decoding the record bytes,
 ``plan_changes``, ``SubscriptionTable.apply``, a replica's first ``sync`` (the rebuild), its
-``flush`` and the first match of one event; memory of the table and of the replica (the growth
-of the process's resident set over each step, and ``MatchIndex.memory_bytes``). Reading the
-records from Kafka is not included.
+``flush`` and the first match of one event (the numba kernels compiled before); then, on a
+tenth as many records, the memory the table and the replica hold once built (``tracemalloc``'s
+traced memory: Python objects and numpy arrays). Reading the records from Kafka is not included.
 
 Run: ``.venv/bin/python bench/churn.py`` (``--quick`` for a smoke run; ``--workloads w1`` for
 one). Readings: docs/results/matching.md.
@@ -43,6 +43,7 @@ import gc
 import os
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +75,6 @@ def w1_texts(n: int, seed: int) -> list[str]:
 def gryphon_texts(n: int, seed: int) -> list[str]:
     w = GryphonWorkload(brokers=1, clients_per_broker=max(1, n // 5), subs_per_client=5, decay=0.88, seed=seed)
     return [str(s["filter"]) for s in w.subscriptions()][:n]
-
-
-def rss() -> int:
-    """The resident set of this process, in bytes."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def subscribe(sid: str, text: str) -> SubscriptionRecord:
@@ -197,34 +192,35 @@ def bench_churn(
     )
 
 
-def bench_cold(n: int) -> None:
+def cold_start(n: int, measure_memory: bool) -> dict[str, float]:
+    """The cold start's steps over ``n`` W1 subscribe records (see the module docstring): CPU
+    seconds per step, or with ``measure_memory`` the bytes per subscription that the table and
+    the replica hold once built (``tracemalloc``'s traced memory, so the time is not reported)."""
     from schemas.codec import codec_for, decode
 
     codec = codec_for("Subscription")
-    texts = w1_texts(n, 21)
     raw = [
         codec.encode({"type": "subscribe", "subscription_id": f"s{i}", "subscriber_id": "u", "filter": t})
-        for i, t in enumerate(texts)
+        for i, t in enumerate(w1_texts(n, 21))
     ]
-    del texts
     gc.collect()
-    r0 = rss()
+    if measure_memory:
+        tracemalloc.start()
+    m0 = tracemalloc.get_traced_memory()[0] if measure_memory else 0
     t0 = time.process_time()
     with collector_paused():
         values = [decode(b, "Subscription")[1] for b in raw]
         t1 = time.process_time()
-        records = [subscribe(v["subscription_id"], v["filter"]) for v in values]
+        outcomes = plan_changes([subscribe(v["subscription_id"], v["filter"]) for v in values])
         del values
-        outcomes = plan_changes(records)
         t2 = time.process_time()
         table = SubscriptionTable()
         table.apply(o.change for o in outcomes if o.change is not None)
         table.snapshot()
-        del records, outcomes
+        del outcomes
     t3 = time.process_time()
-    gc.collect()
-    r1 = rss()
-    replica = IndexReplica(freeze_rebuilds=True)
+    m1 = tracemalloc.get_traced_memory()[0] if measure_memory else 0
+    replica = IndexReplica(freeze_rebuilds=not measure_memory)
     filters = table.filters
     replica.sync(table.version, lambda: filters.items(), (), table.version)
     t4 = time.process_time()
@@ -232,16 +228,34 @@ def bench_cold(n: int) -> None:
     t5 = time.process_time()
     first = replica.index.match(w1_events(1, 3))
     t6 = time.process_time()
-    r2 = rss()
+    m2 = tracemalloc.get_traced_memory()[0] if measure_memory else 0
+    if measure_memory:
+        tracemalloc.stop()
     index = replica.index
     assert isinstance(index, MatchIndex)
+    return {
+        "record_bytes": sum(map(len, raw)) / n, "decode": t1 - t0, "plan": t2 - t1, "table": t3 - t2,
+        "sync": t4 - t3, "flush": t5 - t4, "match": t6 - t5, "ids": len(first.ids(0)),
+        "table_b": (m1 - m0) / n, "replica_b": (m2 - m1) / n, "arrays_b": index.memory_bytes() / n,
+    }  # fmt: skip
+
+
+def bench_cold(n: int) -> None:
+    warm = MatchIndex()  # the kernels compiled (or loaded from numba's cache) before the timing
+    warm.apply([("w", w1_texts(1, 0)[0])])
+    warm.match(w1_events(2, 0))
+    c = cold_start(n, measure_memory=False)
+    gc.unfreeze()
+    gc.collect()
+    m = cold_start(max(1, n // 10), measure_memory=True)
     print(
-        f"   cold start, {n:,} W1 subscribe records ({sum(map(len, raw)) / n:.0f} bytes each), CPU seconds: decode "
-        f"{t1 - t0:.1f}, plan_changes {t2 - t1:.1f}, table {t3 - t2:.1f}; replica sync {t4 - t3:.1f}, flush "
-        f"{t5 - t4:.1f}, first match {t6 - t5:.3f} ({len(first.ids(0)):,} ids): {t6 - t0:.1f} s in all "
-        f"(driver {t3 - t0:.1f}, worker {t6 - t3:.1f}); memory: table {(r1 - r0) / n:,.0f} B/subscription "
-        f"(RSS growth), replica {(r2 - r1) / n:,.0f} B/subscription (RSS growth; the index's arrays "
-        f"{index.memory_bytes() / n:,.0f})"
+        f"   cold start, {n:,} W1 subscribe records ({c['record_bytes']:.0f} bytes each), CPU seconds: decode "
+        f"{c['decode']:.1f}, plan_changes {c['plan']:.1f}, table {c['table']:.1f}; replica sync {c['sync']:.1f}, "
+        f"flush {c['flush']:.1f}, first match {c['match']:.3f} ({c['ids']:,.0f} ids): "
+        f"{sum(c[k] for k in ('decode', 'plan', 'table', 'sync', 'flush', 'match')):.1f} s in all (driver "
+        f"{c['decode'] + c['plan'] + c['table']:.1f}, worker {c['sync'] + c['flush'] + c['match']:.1f}); memory "
+        f"held (tracemalloc, {max(1, n // 10):,} subscriptions): table {m['table_b']:,.0f} B/subscription, "
+        f"replica {m['replica_b']:,.0f} B/subscription (its index's arrays and maps {m['arrays_b']:,.0f})"
     )
 
 

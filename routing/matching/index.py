@@ -433,6 +433,7 @@ def _number_cell(x: int) -> tuple[float, int]:
     return f, (x > int(f)) - (x < int(f))
 
 
+_COMPACT_MIN: Final = 1 << 14  # garbage predicate records that a flush leaves in place whatever the store's size
 _ORDER_RECORDS: Final = 4  # leading records of a filter that order new fids
 
 
@@ -1170,10 +1171,19 @@ class MatchIndex:
         self._p_used, self._p_garbage = total, 0
 
     def flush(self) -> None:
-        """Apply the queued changes and their bit work now (``match`` does it too)."""
+        """Apply the queued changes and their bit work now (``match`` does it too).
+
+        When the predicate records of dropped filters make up more than a quarter of the
+        predicate store (and at least ``_COMPACT_MIN`` records), the store is also squeezed back to
+        the live filters' records in fid order (``_compact``): matching verifies candidates by
+        reading it, and under churn the live records spread over a store of garbage
+        (docs/results/matching.md). Each pass is one numpy pass over the store, between matches.
+        """
         with collector_paused():
             self._apply_queue()
             self._flush()
+            if self._p_garbage > max(self._p_used // 4, _COMPACT_MIN):
+                self._compact()
 
     def _flush(self) -> None:
         """Apply the bit work of the changes since the last match."""
