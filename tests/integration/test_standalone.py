@@ -1,6 +1,7 @@
-"""Scale-out proof on a Spark standalone cluster on loopback: the unchanged validation job through
-``--master spark://...``, and ``siftstream serve`` submitted with the real spark-submit, the project
-shipped to the executors as the zip of ``siftstream package`` (docs/guide/cluster.md)."""
+"""Scale-out proof on a Spark standalone cluster on loopback: the unchanged validation job and
+``siftstream serve`` submitted with the real spark-submit (``siftstream submit``), the project
+shipped to the executors as the zip of ``siftstream package`` (docs/guide/cluster.md). The
+``--master spark://...`` path of a job command: tests/integration/test_matching_job.py."""
 
 from __future__ import annotations
 
@@ -38,42 +39,29 @@ pytestmark = [pytest.mark.kafka, pytest.mark.standalone]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_validation_job_runs_on_a_standalone_cluster(
+def test_validation_job_submitted_to_a_standalone_cluster(
     kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path, standalone_cluster: Any
 ) -> None:
+    """The unchanged validation job through ``siftstream submit`` (which becomes spark-submit):
+    the dead letters are the producer's deliberate errors, the work ran in the cluster's executor,
+    and the command's exit code is the job's."""
     cluster = standalone_cluster
     produced = produce_events(
         kafka_conn,
         ProduceConfig(topic_prefix + "siftstream.events.v1", 2000, bad_fraction=0.1, seed=9, progress=False),
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streaming.cli",
-            "validate",
-            "--available-now",
-            "--master",
-            cluster.master_url,
-            "--bootstrap-servers",
-            kafka_conn.bootstrap_servers,
-            "--topic-prefix",
-            topic_prefix,
-            "--checkpoint",
-            str(tmp_path / "ckpt"),
-            "--stats",
-            str(tmp_path / "stats.jsonl"),
-            "--home",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    command = [sys.executable, "-m", "streaming.cli", "submit", "--master", cluster.master_url]
+    command += ["--dist", str(tmp_path / "dist"), "--driver-memory", "1g", "--", "validate", "--available-now"]
+    command += ["--bootstrap-servers", kafka_conn.bootstrap_servers, "--topic-prefix", topic_prefix]
+    command += ["--checkpoint", str(tmp_path / "ckpt"), "--stats", str(tmp_path / "stats.jsonl")]
+    command += ["--home", str(tmp_path)]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}  # the loopback cluster reaches the driver there
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     # the work ran on the cluster's executor, not in the driver
-    assert list((tmp_path / "spark" / "work").glob("app-*")), "no application ran on the standalone worker"
+    assert list((tmp_path / "spark" / "work").glob("app-*/*/" + ZIP_NAME)), "no executor of the cluster ran it"
+    # spark-submit passes on the Python driver's standard error in its standard output
+    assert f"executors of {cluster.master_url}: " in done.stdout, done.stdout[-3000:]
     letters = read_topic(kafka_conn, topic_prefix + "siftstream.deadletter.v1", "DeadLetter")
     assert Counter(r.value["error_code"] for r in letters) == produced.expected_errors
 
