@@ -76,10 +76,12 @@ KAFKA_HOMES = (
     "tests/faults/",
     "bench/matching_e2e.py",
     "bench/delivery_e2e.py",
+    "bench/latency_floor.py",
 )
 """Paths (prefixes) that may import a Kafka client: the writers, broker setup and readers at the
-edge, the tests against the real broker or the fault tier's cluster, and the two end-to-end
-benchmarks that read topics with a raw librdkafka consumer (and measure the broker's own ceiling)."""
+edge, the tests against the real broker or the fault tier's cluster, and the three end-to-end
+benchmarks that read topics with a raw librdkafka consumer (and measure the broker's own ceiling
+or Spark's latency floor)."""
 
 MAX_LINES = 1500
 
