@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infra.connection import KafkaConnection
 from infra.jars import JarSets
@@ -151,7 +152,7 @@ def _new_cluster_id() -> str:
     return cluster_id
 
 
-def _format(cfg: BrokerConfig, jars: JarSets, cluster_id: str | None = None) -> None:
+def _format(cfg: BrokerConfig, jars: JarSets, cluster_id: str | None = None, format_args: tuple[str, ...] = ()) -> None:
     if (cfg.home / "data" / "meta.properties").exists():
         return
     cluster_id = cluster_id or _new_cluster_id()
@@ -167,23 +168,28 @@ def _format(cfg: BrokerConfig, jars: JarSets, cluster_id: str | None = None) -> 
         "-c",
         str(cfg.home / "server.properties"),
         "--ignore-formatted",
+        *format_args,  # e.g. --add-scram credentials (infra/security.py)
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"formatting Kafka storage failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
-def wait_ready(bootstrap: str, timeout_s: float = 90.0, replication: int = 1) -> float:
+def wait_ready(
+    bootstrap: str, timeout_s: float = 90.0, replication: int = 1, client: dict[str, Any] | None = None
+) -> float:
     """Block until a broker at ``bootstrap`` accepts a produce and a fetch; return the seconds waited.
 
     ``replication`` is the healthcheck topic's replication factor: a cluster's is its default (3),
-    so that the check passes with any one node down, as the cluster's own topics do."""
+    so that the check passes with any one node down, as the cluster's own topics do. ``client``:
+    extra properties of its clients (a secured broker's SASL/TLS settings, infra/security.py)."""
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     start = time.monotonic()
     topic = "__siftstream_healthcheck"
     last_error: Exception | None = None
+    extra = client or {}
     # wait for the listeners first: a client created earlier logs every refused connection
     for server in bootstrap.split(","):
         host, _, port = server.rpartition(":")
@@ -191,7 +197,7 @@ def wait_ready(bootstrap: str, timeout_s: float = 90.0, replication: int = 1) ->
             time.sleep(0.2)
     while time.monotonic() - start < timeout_s:
         try:
-            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin = AdminClient({"bootstrap.servers": bootstrap, **extra})
             if topic not in admin.list_topics(timeout=5).topics:
                 fut = admin.create_topics([NewTopic(topic, 1, replication)])[topic]
                 try:
@@ -200,12 +206,17 @@ def wait_ready(bootstrap: str, timeout_s: float = 90.0, replication: int = 1) ->
                     if "TOPIC_ALREADY_EXISTS" not in str(exc):
                         raise
             token = uuid.uuid4().hex.encode()
-            producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 10000})
+            producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 10000, **extra})
             producer.produce(topic, token)
             if producer.flush(15) != 0:
                 raise RuntimeError("produce not acknowledged")
             consumer = Consumer(
-                {"bootstrap.servers": bootstrap, "group.id": f"hc-{token.decode()}", "enable.auto.commit": False}
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"hc-{token.decode()}",
+                    "enable.auto.commit": False,
+                    **extra,
+                }
             )
             try:
                 parts = [TopicPartition(topic, 0)]
@@ -226,7 +237,11 @@ def wait_ready(bootstrap: str, timeout_s: float = 90.0, replication: int = 1) ->
 
 
 def _launch(
-    cfg: BrokerConfig, jars: JarSets, properties: str, cluster_id: str | None = None
+    cfg: BrokerConfig,
+    jars: JarSets,
+    properties: str,
+    cluster_id: str | None = None,
+    format_args: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """Write ``properties``, format the storage when new, start ``kafka.Kafka`` and write its pid file."""
     for port in (cfg.port, cfg.controller_port):
@@ -242,7 +257,7 @@ def _launch(
             f"start it with the ports it had (see {props}), or remove {cfg.home} to start afresh"
         )
     props.write_text(properties)
-    _format(cfg, jars, cluster_id)
+    _format(cfg, jars, cluster_id, format_args)
     with open(cfg.log_dir / "broker.out", "ab") as out:  # the child keeps its own copy of the handle
         proc = subprocess.Popen(
             [cfg.java, *_java_opts(cfg), "-cp", jars.kafka_classpath, "kafka.Kafka", str(props)],

@@ -1,0 +1,438 @@
+"""A secured local Kafka broker: TLS, SASL/SCRAM-SHA-512, ACLs per role, and a client profile per role.
+
+The model (docs/guide/security.md): clients reach the broker only on one ``SASL_SSL`` listener
+(TLS with a certificate signed by a CA made here, then SCRAM-SHA-512 with a user name and
+password); the controller listener takes only the broker itself (SASL PLAIN as ``admin``, on
+loopback). The broker runs Kafka's ``StandardAuthorizer`` with ``admin`` the one super user and
+``allow.everyone.if.no.acl.found=false``: a principal may do only what an ACL grants it. The ACLs
+come from one table, :func:`role_grants` (a pure function from a role and the topic names to
+grants), which the docs and the tests share.
+
+Roles and their principals (SCRAM user names):
+
+- ``publisher``: writes the events topic, nothing else;
+- ``subscriber-<id>``: reads the channel assignments topic and its own channel topics, writes
+  receipts and subscriptions, uses the consumer groups of its own subscriptions;
+- ``jobs``: reads the project's topics, writes the jobs' outputs and the channel topics (and
+  creates those), uses Spark's and the jobs' consumer groups;
+- ``admin``: the super user (creates topics, users and ACLs; the broker's own identity).
+
+Everything lives under one home (a ``BrokerConfig.home``): ``security/`` holds the CA, the
+broker's PKCS12 keystore, ``ca.pem`` (the clients' trust) and ``users.json`` (the generated
+passwords, mode 0600); ``profiles/<role>.properties`` are the ``--kafka-config`` files.
+
+>>> [str(g) for g in role_grants("publisher", prefix="t.")]
+['User:publisher WRITE topic t.siftstream.events.v1', 'User:publisher DESCRIBE topic t.siftstream.events.v1']
+>>> profile_text("publisher", "pw", Path("/h/ca.pem")).splitlines()[:2]
+['security.protocol=SASL_SSL', 'sasl.mechanism=SCRAM-SHA-512']
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra import kafka
+from infra.connection import KafkaConnection
+from infra.jars import JarSets
+from schemas.topics import (
+    CHANNEL_TOPIC_PREFIX,
+    CHANNELS_TOPIC,
+    EVENTS_TOPIC,
+    OUTPUT_TOPICS,
+    RECEIPTS_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    TOPICS,
+    channel_topic,
+)
+
+__all__ = [
+    "ADMIN",
+    "MECHANISM",
+    "Grant",
+    "SecureHome",
+    "add_users",
+    "apply_grants",
+    "profile_text",
+    "role_grants",
+    "secure_properties",
+    "subscriber_principal",
+    "up",
+]
+
+MECHANISM = "SCRAM-SHA-512"
+ADMIN = "admin"
+JOB_GROUPS = (
+    ("spark-kafka-source-", "prefixed"),
+    ("siftstream-delivery", "literal"),
+    ("siftstream-serve", "literal"),
+    ("siftstream-reader", "literal"),
+)
+"""The consumer groups the jobs use: Spark's Kafka source makes ``spark-kafka-source-<uuid>...``
+groups; the delivery stage, ``serve`` and the readers have fixed ones (their consumers assign
+partitions and commit nothing, but a group id is still authorised)."""
+
+_SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+def subscriber_principal(subscriber_id: str) -> str:
+    """The SCRAM user name of subscriber ``subscriber_id`` (its role name).
+
+    >>> subscriber_principal("alice")
+    'subscriber-alice'
+    """
+    return f"subscriber-{subscriber_id}"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One ACL: ``principal`` may do ``operation`` on the resource ``(kind, name, pattern)``.
+
+    ``kind`` is ``topic``, ``group`` or ``cluster``; ``pattern`` is ``literal`` (the exact name)
+    or ``prefixed`` (every name starting with ``name``), as Kafka's resource patterns.
+    """
+
+    principal: str
+    operation: str
+    kind: str
+    name: str
+    pattern: str = "literal"
+
+    def __str__(self) -> str:
+        star = "*" if self.pattern == "prefixed" else ""
+        return f"{self.principal} {self.operation} {self.kind} {self.name}{star}"
+
+
+def _topic(principal: str, name: str, *operations: str, pattern: str = "literal") -> list[Grant]:
+    return [Grant(principal, op, "topic", name, pattern) for op in operations]
+
+
+def role_grants(role: str, prefix: str = "", channels: Sequence[int] = ()) -> list[Grant]:
+    """The ACLs of ``role`` over the topics of a deployment with topic prefix ``prefix``.
+
+    Parameters
+    ----------
+    role : str
+        ``publisher``, ``jobs``, ``admin`` (none: the super user) or ``subscriber-<id>``.
+    prefix : str
+        The deployment's ``--topic-prefix``.
+    channels : sequence of int
+        For a subscriber: the channel numbers it may read (its subscriptions' channels under
+        the installed assignment; the operator grants a new channel when an assignment moves it).
+
+    Returns
+    -------
+    list of Grant
+        Kafka allows exactly these operations and nothing else (no ACL, no access).
+
+    Examples
+    --------
+    >>> for g in role_grants("subscriber-alice", channels=[2]): print(g)
+    User:subscriber-alice READ topic siftstream.channels.v1
+    User:subscriber-alice DESCRIBE topic siftstream.channels.v1
+    User:subscriber-alice READ topic siftstream.channel.v1.2
+    User:subscriber-alice DESCRIBE topic siftstream.channel.v1.2
+    User:subscriber-alice WRITE topic siftstream.receipts.v1
+    User:subscriber-alice DESCRIBE topic siftstream.receipts.v1
+    User:subscriber-alice WRITE topic siftstream.subscriptions.v1
+    User:subscriber-alice DESCRIBE topic siftstream.subscriptions.v1
+    User:subscriber-alice READ group siftstream-client-alice-*
+    >>> [str(g) for g in role_grants("jobs") if g.operation == "CREATE"]
+    ['User:jobs CREATE topic siftstream.channel.v1.*']
+    """
+    principal = f"User:{role}"
+    if role == ADMIN:
+        return []
+    if role == "publisher":
+        return _topic(principal, prefix + EVENTS_TOPIC, "WRITE", "DESCRIBE")
+    if role.startswith("subscriber-"):
+        subscriber_id = role.removeprefix("subscriber-")
+        grants = _topic(principal, prefix + CHANNELS_TOPIC, "READ", "DESCRIBE")
+        for c in channels:
+            grants += _topic(principal, channel_topic(c, prefix), "READ", "DESCRIBE")
+        grants += _topic(principal, prefix + RECEIPTS_TOPIC, "WRITE", "DESCRIBE")
+        grants += _topic(principal, prefix + SUBSCRIPTIONS_TOPIC, "WRITE", "DESCRIBE")
+        # the client's groups are siftstream-client-<subscription id>, and its subscription ids
+        # start with '<subscriber id>-' (streaming/client.py)
+        grants.append(Grant(principal, "READ", "group", f"siftstream-client-{subscriber_id}-", "prefixed"))
+        return grants
+    if role == "jobs":
+        outputs = {t.name for t in OUTPUT_TOPICS}
+        grants = []
+        for name in TOPICS:
+            grants += _topic(principal, prefix + name, "READ", "DESCRIBE")
+            if name in outputs:
+                grants += _topic(principal, prefix + name, "WRITE")
+        grants += _topic(
+            principal, prefix + CHANNEL_TOPIC_PREFIX, "READ", "WRITE", "DESCRIBE", "CREATE", pattern="prefixed"
+        )
+        grants += [Grant(principal, "READ", "group", g, pattern) for g, pattern in JOB_GROUPS]
+        return grants
+    raise ValueError(f"unknown role {role!r}: expected publisher, jobs, admin or subscriber-<id>")
+
+
+def apply_grants(admin_conn: KafkaConnection, grants: Iterable[Grant], timeout_s: float = 30.0) -> int:
+    """Create ``grants`` as ACLs with the Admin API (as a super user); return how many."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    bindings = [
+        AclBinding(
+            ResourceType[g.kind.upper()],
+            g.name,
+            ResourcePatternType[g.pattern.upper()],
+            g.principal,
+            "*",
+            AclOperation[g.operation],
+            AclPermissionType.ALLOW,
+        )
+        for g in grants
+    ]
+    if not bindings:
+        return 0
+    admin = AdminClient(admin_conn.confluent())
+    for fut in admin.create_acls(bindings, request_timeout=timeout_s).values():
+        fut.result(timeout_s)
+    return len(bindings)
+
+
+def add_users(admin_conn: KafkaConnection, users: dict[str, str], timeout_s: float = 30.0) -> None:
+    """Create or update the SCRAM-SHA-512 credentials of ``users`` (name -> password)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upserts = [UserScramCredentialUpsertion(name, info, password.encode()) for name, password in users.items()]
+    admin = AdminClient(admin_conn.confluent())
+    for fut in admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s).values():
+        fut.result(timeout_s)
+
+
+def profile_text(user: str, password: str, ca_pem: Path) -> str:
+    """The ``--kafka-config`` properties of ``user``: SASL_SSL with SCRAM-SHA-512 for both clients
+    (infra/connection.py: plain keys go to both, ``java.`` only to Spark's Kafka client,
+    ``librdkafka.`` only to confluent-kafka)."""
+    return "".join(
+        f"{line}\n"
+        for line in (
+            "security.protocol=SASL_SSL",
+            f"sasl.mechanism={MECHANISM}",
+            f'java.sasl.jaas.config={_SCRAM_LOGIN} required username="{user}" password="{password}";',
+            "java.ssl.truststore.type=PEM",
+            f"java.ssl.truststore.location={ca_pem}",
+            f"librdkafka.sasl.username={user}",
+            f"librdkafka.sasl.password={password}",
+            f"librdkafka.ssl.ca.location={ca_pem}",
+        )
+    )
+
+
+@dataclass(frozen=True)
+class SecureHome:
+    """The security files of a broker home: certificates, passwords and role profiles."""
+
+    home: Path
+
+    @property
+    def folder(self) -> Path:
+        return self.home / "security"
+
+    @property
+    def ca_pem(self) -> Path:
+        return self.folder / "ca.pem"
+
+    @property
+    def keystore(self) -> Path:
+        return self.folder / "broker.p12"
+
+    @property
+    def users_file(self) -> Path:
+        return self.folder / "users.json"
+
+    def profile(self, role: str) -> Path:
+        return self.home / "profiles" / f"{role}.properties"
+
+    def users(self) -> dict[str, str]:
+        """Every user's password (made once, kept in ``users.json``); the keystore's under ``"keystore"``."""
+        return dict(json.loads(self.users_file.read_text()))
+
+    def password(self, user: str) -> str:
+        return self.users()[user]
+
+    def ensure(self, roles: Iterable[str] = ("publisher", "jobs"), java: str = "java") -> None:
+        """Make the certificates (once) and a password and profile for ``admin`` and each role."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        users = self.users() if self.users_file.exists() else {"keystore": secrets.token_hex(16)}
+        for role in (ADMIN, *roles):
+            users.setdefault(role, secrets.token_hex(16))
+        self.users_file.touch(mode=0o600)
+        self.users_file.write_text(json.dumps(users, indent=1) + "\n")
+        if not self.ca_pem.exists():
+            _make_certificates(self.folder, users["keystore"], _keytool(java))
+        for role, password in users.items():
+            if role != "keystore":
+                path = self.profile(role)
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(profile_text(role, password, self.ca_pem))
+
+    def connection(self, bootstrap: str, role: str) -> KafkaConnection:
+        """A connection as ``role`` (its profile read back, as ``--kafka-config`` would)."""
+        return KafkaConnection.from_file(bootstrap, self.profile(role))
+
+
+def _keytool(java: str) -> str:
+    beside = Path(shutil.which(java) or java).resolve().parent / "keytool"
+    if beside.exists():
+        return str(beside)
+    home = os.environ.get("JAVA_HOME")
+    found = shutil.which("keytool") or (str(Path(home) / "bin" / "keytool") if home else None)
+    if not found:
+        raise RuntimeError("keytool (the JDK's) not found beside java, on PATH or in $JAVA_HOME/bin")
+    return found
+
+
+def _make_certificates(folder: Path, password: str, keytool: str) -> None:
+    """A CA and a broker key pair it signs (for 127.0.0.1 and localhost), with the JDK's keytool:
+    ``ca.pem`` for the clients' trust, ``broker.p12`` (key, certificate, CA) for the broker."""
+    ca, broker = folder / "ca.p12", folder / "broker.p12"
+    store = ["-storetype", "PKCS12", "-storepass", password]
+    san = "SAN=dns:localhost,ip:127.0.0.1"
+    steps = [
+        ["-genkeypair", "-alias", "ca", "-keyalg", "RSA", "-keysize", "2048", "-dname", "CN=siftstream-local-ca",
+         "-ext", "bc:c", "-validity", "365", "-keystore", str(ca), *store],
+        ["-exportcert", "-rfc", "-alias", "ca", "-keystore", str(ca), *store, "-file", str(folder / "ca.pem")],
+        ["-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048", "-dname", "CN=localhost",
+         "-ext", san, "-validity", "365", "-keystore", str(broker), *store],
+        ["-certreq", "-alias", "broker", "-keystore", str(broker), *store, "-file", str(folder / "broker.csr")],
+        ["-gencert", "-alias", "ca", "-keystore", str(ca), *store, "-infile", str(folder / "broker.csr"),
+         "-outfile", str(folder / "broker.pem"), "-rfc", "-ext", san, "-ext", "EKU=serverAuth,clientAuth",
+         "-validity", "365"],
+        ["-importcert", "-noprompt", "-alias", "ca", "-keystore", str(broker), *store, "-file", str(folder / "ca.pem")],
+        ["-importcert", "-alias", "broker", "-keystore", str(broker), *store, "-file", str(folder / "broker.pem")],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run([keytool, *step], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"keytool {step[0]} failed: {done.stdout[-1000:]}{done.stderr[-1000:]}")
+
+
+def secure_properties(cfg: kafka.BrokerConfig, sec: SecureHome) -> str:
+    """The broker's ``server.properties``: the plain broker's, with the client listener SASL_SSL
+    (SCRAM-SHA-512), the controller listener SASL_PLAINTEXT (PLAIN, the broker's own ``admin``
+    only: KRaft controllers cannot check SCRAM, whose credentials live in the metadata they
+    serve), and the StandardAuthorizer with ``admin`` the only super user."""
+    users = sec.users()
+    admin_pw, store_pw = users[ADMIN], users["keystore"]
+    props = dict(line.split("=", 1) for line in kafka._server_properties(cfg).splitlines())
+    props.update(
+        {
+            "listeners": f"SASL_SSL://127.0.0.1:{cfg.port},CONTROLLER://127.0.0.1:{cfg.controller_port}",
+            "advertised.listeners": f"SASL_SSL://127.0.0.1:{cfg.port}",
+            "inter.broker.listener.name": "SASL_SSL",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": MECHANISM,
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                f'{_SCRAM_LOGIN} required username="{ADMIN}" password="{admin_pw}";'
+            ),
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": (
+                f'{_PLAIN_LOGIN} required username="{ADMIN}" password="{admin_pw}" user_{ADMIN}="{admin_pw}";'
+            ),
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(sec.keystore),
+            "ssl.keystore.password": store_pw,
+            "ssl.key.password": store_pw,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(sec.ca_pem),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{ADMIN}",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+    )
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def up(
+    cfg: kafka.BrokerConfig,
+    jars: JarSets,
+    roles: Sequence[str] = ("publisher", "jobs"),
+    prefix: str = "",
+    timeout_s: float = 120.0,
+) -> str:
+    """Start the secured broker of ``cfg`` (certificates, users and profiles made on first use),
+    create the users and ACLs of ``roles`` and return a status line; ``kafka.down(cfg)`` stops it.
+    A subscriber's channels are granted apart (``apply_grants(role_grants(role, prefix, channels))``)."""
+    sec = SecureHome(cfg.home)
+    sec.ensure(roles, cfg.java)
+    admin_pw = sec.password(ADMIN)
+    admin_client = sec.connection(cfg.bootstrap, ADMIN).confluent()
+    admin_client.pop("bootstrap.servers")
+    pid = kafka._pid(cfg)
+    if pid is None:
+        scram = f"{MECHANISM}=[name={ADMIN},password={admin_pw}]"
+        proc = kafka._launch(cfg, jars, secure_properties(cfg, sec), format_args=("--add-scram", scram))
+        try:
+            waited = kafka.wait_ready(cfg.bootstrap, timeout_s, client=admin_client)
+        except Exception:
+            exited = proc.poll() is not None
+            kafka.down(cfg)
+            if exited:
+                raise kafka._exited(cfg, proc) from None
+            raise
+        line = f"secured Kafka started (pid {proc.pid}) at {cfg.bootstrap}, ready in {waited:.1f}s"
+    else:
+        kafka.wait_ready(cfg.bootstrap, timeout_s, client=admin_client)
+        line = f"secured Kafka already running (pid {pid}) at {cfg.bootstrap}"
+    admin = sec.connection(cfg.bootstrap, ADMIN)
+    users = sec.users()
+    add_users(admin, {r: users[r] for r in roles})
+    count = apply_grants(admin, [g for r in roles for g in role_grants(r, prefix)])
+    return f"{line}; users {', '.join(roles)} with {count} ACLs; profiles in {cfg.home / 'profiles'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m infra.security up|down|grant``: the secured local broker (docs/guide/security.md)."""
+    parser = argparse.ArgumentParser(prog="python -m infra.security", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=("up", "down", "grant"))
+    parser.add_argument("--home", type=Path, default=Path(".siftstream/kafka-secure"))
+    parser.add_argument("--port", type=int, default=9192)
+    parser.add_argument("--controller-port", type=int, default=9193)
+    parser.add_argument("--topic-prefix", default="")
+    parser.add_argument("--role", action="append", default=[], help="grant: a role (subscriber-<id> too)")
+    parser.add_argument("--channel", type=int, action="append", default=[], help="grant: a subscriber's channel")
+    args = parser.parse_args(argv)
+    cfg = kafka.BrokerConfig(home=args.home.resolve(), port=args.port, controller_port=args.controller_port)
+    if args.action == "down":
+        print(kafka.down(cfg))
+    elif args.action == "up":
+        from infra.jars import ensure_jars
+
+        print(up(cfg, ensure_jars(), prefix=args.topic_prefix))
+    else:
+        sec = SecureHome(cfg.home)
+        sec.ensure(args.role, cfg.java)
+        admin = sec.connection(cfg.bootstrap, ADMIN)
+        add_users(admin, {r: sec.password(r) for r in args.role})
+        grants = [g for r in args.role for g in role_grants(r, args.topic_prefix, args.channel)]
+        print(f"{apply_grants(admin, grants)} ACLs for {', '.join(args.role)}; profiles in {cfg.home / 'profiles'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

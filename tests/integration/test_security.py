@@ -1,0 +1,176 @@
+"""The secured broker (infra/security.py): TLS + SASL/SCRAM-SHA-512 on loopback, ACLs per role.
+
+One broker for the module, started here on free ports with certificates made here (the JDK's
+keytool); every client reaches it through a role's ``--kafka-config`` profile, read back from the
+file as the commands do. What is refused is checked by the error Kafka returns, and every refusal
+has a twin that is allowed, so that a broken setup (nothing works) fails the test too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from infra import kafka, security
+from infra.connection import KafkaConnection
+from infra.topics import ensure_topics
+from producers.produce import ProduceConfig, produce_events
+from schemas.topics import (
+    DEADLETTER_TOPIC,
+    EVENTS_TOPIC,
+    MATCHES_TOPIC,
+    RECEIPTS_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    channel_spec,
+    channel_topic,
+)
+from streaming.readers import read_topic
+from streaming.validation_job import ValidationConfig, read_stats, run
+
+pytestmark = pytest.mark.kafka
+
+PREFIX = f"s{uuid.uuid4().hex[:8]}."
+ALICE, BOB = security.subscriber_principal("alice"), security.subscriber_principal("bob")
+ROLES = ("publisher", "jobs", ALICE, BOB)
+CHANNELS = {ALICE: 0, BOB: 1}
+
+
+@pytest.fixture(scope="module")
+def secured(jars, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[kafka.BrokerConfig, security.SecureHome]]:  # type: ignore[no-untyped-def]
+    port, controller_port = kafka.free_ports(2)
+    cfg = kafka.BrokerConfig(home=tmp_path_factory.mktemp("kafka-secure"), port=port, controller_port=controller_port)
+    print(security.up(cfg, jars, roles=("publisher", "jobs"), prefix=PREFIX))
+    try:
+        sec = security.SecureHome(cfg.home)
+        sec.ensure(ROLES)
+        admin = sec.connection(cfg.bootstrap, security.ADMIN)
+        security.add_users(admin, {r: sec.password(r) for r in (ALICE, BOB)})
+        for role, channel in CHANNELS.items():
+            security.apply_grants(admin, security.role_grants(role, PREFIX, [channel]))
+        ensure_topics(admin, PREFIX)
+        ensure_topics(admin, PREFIX, specs=tuple(channel_spec(c) for c in CHANNELS.values()))
+        yield cfg, sec
+    finally:
+        print(kafka.down(cfg))
+
+
+def _conn(secured: tuple[kafka.BrokerConfig, security.SecureHome], role: str) -> KafkaConnection:
+    cfg, sec = secured
+    return sec.connection(cfg.bootstrap, role)
+
+
+def _produce(conn: KafkaConnection, topic: str, key: str = "k", value: bytes = b"v") -> KafkaError | None:
+    """Write one record and return the delivery error (None when acknowledged)."""
+    errors: list[KafkaError | None] = []
+    producer = Producer(conn.confluent(**{"message.timeout.ms": 15000, "acks": "all"}))
+    producer.produce(topic, value, key, on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(20)
+    assert len(errors) == 1, "no delivery report within 20 s"
+    return errors[0]
+
+
+def _read(conn: KafkaConnection, topic: str, group: str, want: int = 1) -> tuple[list[bytes], KafkaError | None]:
+    """The values read from ``topic`` partition 0 from the start, or the first error (a record's,
+    the client's, or the topic's in the metadata)."""
+    errors: list[KafkaError] = []
+    consumer = Consumer(conn.confluent(**{"group.id": group, "enable.auto.commit": False, "error_cb": errors.append}))
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    if meta.error is not None:
+        consumer.close()
+        return [], meta.error
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    try:
+        for _ in range(15):
+            msg = consumer.poll(1.0)
+            if errors:
+                return values, errors[0]
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                return values, msg.error()
+            values.append(msg.value())
+            if len(values) >= want:
+                break
+    finally:
+        consumer.close()
+    return values, None
+
+
+def _refused(err: KafkaError | None) -> bool:
+    return err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_publisher_writes_events_only(secured) -> None:  # type: ignore[no-untyped-def]
+    publisher = _conn(secured, "publisher")
+    assert _produce(publisher, PREFIX + EVENTS_TOPIC) is None
+    assert _refused(_produce(publisher, PREFIX + MATCHES_TOPIC))
+    assert _refused(_produce(publisher, PREFIX + SUBSCRIPTIONS_TOPIC))
+    _, err = _read(publisher, PREFIX + EVENTS_TOPIC, "publisher-reads")
+    assert err is not None  # a publisher reads nothing, not even its own events
+
+
+def test_subscriber_reads_its_channel_only_and_writes_receipts_and_subscriptions(secured) -> None:  # type: ignore[no-untyped-def]
+    jobs, alice = _conn(secured, "jobs"), _conn(secured, ALICE)
+    for role, channel in CHANNELS.items():  # the delivery stage (the jobs' role) fills both channels
+        assert _produce(jobs, channel_topic(channel, PREFIX), value=role.encode()) is None
+
+    values, err = _read(alice, channel_topic(0, PREFIX), "siftstream-client-alice-1")
+    assert err is None and values == [ALICE.encode()]
+    values, err = _read(alice, channel_topic(1, PREFIX), "siftstream-client-alice-1")
+    assert values == [] and _refused(err), err  # bob's channel
+    _, err = _read(alice, channel_topic(0, PREFIX), "siftstream-client-bob-1")
+    assert err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED  # bob's group
+
+    assert _produce(alice, PREFIX + RECEIPTS_TOPIC, key="alice") is None
+    assert _produce(alice, PREFIX + SUBSCRIPTIONS_TOPIC, key="alice-s1") is None
+    for topic in (EVENTS_TOPIC, MATCHES_TOPIC, channel_topic(0, "")):
+        assert _refused(_produce(alice, PREFIX + topic)), topic
+
+
+def _connect_error(conf: dict[str, Any]) -> list[KafkaError]:
+    """The errors a client with ``conf`` reports while trying to list the topics."""
+    errors: list[KafkaError] = []
+    client = Producer({**conf, "error_cb": errors.append, "log_level": 3})  # not the refusals at info level
+    with pytest.raises(KafkaException):
+        client.list_topics(timeout=8)
+    for _ in range(5):  # error callbacks are served by poll
+        client.poll(0.5)
+    return errors
+
+
+def test_wrong_password_and_plaintext_are_refused(secured) -> None:  # type: ignore[no-untyped-def]
+    cfg, _ = secured
+    good = _conn(secured, "publisher").confluent()
+    assert _produce(_conn(secured, "publisher"), PREFIX + EVENTS_TOPIC) is None
+    errors = _connect_error({**good, "sasl.password": "not-the-password"})
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    errors = _connect_error({"bootstrap.servers": cfg.bootstrap, "security.protocol": "PLAINTEXT"})
+    assert errors and all(e.code() != KafkaError._AUTHENTICATION for e in errors)  # no handshake at all
+
+
+def test_validation_job_runs_with_the_jobs_profile(spark, secured, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A real Spark job: its Kafka source and sink get the profile's ``java.`` keys (SCRAM login,
+    PEM truststore); events come from the publisher's profile, dead letters are read back as jobs."""
+    publisher, jobs = _conn(secured, "publisher"), _conn(secured, "jobs")
+    events = PREFIX + EVENTS_TOPIC
+    produced = produce_events(publisher, ProduceConfig(events, 400, bad_fraction=0.1, seed=3, progress=False))
+    cfg = ValidationConfig(
+        conn=jobs,
+        checkpoint=tmp_path / "ckpt",
+        topic_prefix=PREFIX,
+        available_now=True,
+        stats_file=tmp_path / "stats.jsonl",
+    )
+    run(spark, cfg, quiet=True)
+    letters = [r.value for r in read_topic(jobs, PREFIX + DEADLETTER_TOPIC, "DeadLetter")]
+    # the other tests' one-record probes (value b"v") are dead letters too
+    events_letters = Counter(d["error_code"] for d in letters if d["source_topic"] == events and d["value"] != b"v")
+    assert events_letters == produced.expected_errors
+    assert read_stats(cfg.stats_file)[f"ok|{events}"] == produced.good
