@@ -891,13 +891,13 @@ class MatchIndex:
             record = memo.get(groups)
             if record is None:
                 record = self._simple_number_record(groups)
-            if record is None:
-                parts = _simple_parts(groups)
-                if parts is None:  # pragma: no cover  (_SIMPLE_FILTER takes no boolean ordered)
-                    return None
-                record, slow, _ = self._record_of(*parts)
-                if slow:
-                    return None
+                if record is None:
+                    parts = _simple_parts(groups)
+                    if parts is None:  # pragma: no cover  (_SIMPLE_FILTER takes no boolean ordered)
+                        return None
+                    record, slow, _ = self._record_of(*parts)
+                    if slow:
+                        return None
                 if len(memo) >= _MEMO_SIZE:
                     memo.clear()
                 memo[groups] = record
