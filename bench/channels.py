@@ -45,6 +45,23 @@ between placements, as the channels job will keep them.
 
 Times are wall clock on this machine; in part 2 the best of ``--repeat`` runs (auto: one run). No assertion on time.
 
+``--oos`` (instead of parts 1 and 2): false positives out of sample. Per workload, ``--subs``
+subscriptions; every bounded method fitted on the first ``--events`` events of the stream and
+scored on the next ``--oos-events``; beside them ``in-sample auto`` (the candidate with the fewest
+FP on the events it was fitted to, the rule auto had before it held events out) and ``held-out
+auto`` (``routing.channels.recluster`` with ``auto``, the filters and the domains: the job's
+choice), each line marked ``WORSE`` when the job's choice has more later FP than ``ck``, ``ov``
+or ``approx``; then per method how often it had the fewest later FP, both autos' tallies, and
+spectral-rassoc with unit-length rows (``spectral_rassoc(..., unit_rows=True)``, not a contract
+method) against ck and ov per workload. In part 1 the job's choice is scored on its own sample,
+which it was no longer chosen on: its ``WORSE`` marks there are in-sample readings.
+
+``--job-check``: ``auto`` at the channels job's scale, offline: Gryphon 0.88 with ``--job-subs``
+(100,000) subscriptions, the first 2,000 matched events as the sample, K = 32; flooding, approx,
+spectral-ncut and auto (``--job-budget-ms``, default 2000; no domains, as the delivery bench runs
+the job) each timed, with FP on the sample and on the next ``--oos-events`` matched events, the
+deliveries and the channels per event there; once per ``--job-seeds``.
+
 ``--scale`` (instead of parts 1 and 2): the channels job's re-clustering at N = ``--scale-sizes``
 (default 8,000, 16,000, 32,000) on ``--scale-workload`` (default Gryphon 0.88; WL1, WL2, Gryphon
 0.78 as in part 1) with ``--scale-events`` events (2,000), psi =
@@ -58,7 +75,8 @@ The header names the BLAS thread setting (``OPENBLAS_NUM_THREADS``), which matte
 machine.
 
 Run: ``.venv/bin/python bench/channels.py`` (a few minutes; ``--quick``: small sizes, seconds;
-``--scale``: the re-clustering target). Readings: docs/results/channels.md.
+``--scale``: the re-clustering target; ``--oos``: about 5 minutes; ``--job-check``: about a
+minute per seed). Readings: docs/results/channels.md.
 """
 
 from __future__ import annotations
