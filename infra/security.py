@@ -36,9 +36,11 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infra import kafka
 from infra.connection import KafkaConnection
@@ -61,6 +63,10 @@ __all__ = [
     "SecureHome",
     "add_users",
     "apply_grants",
+    "forward_subscriptions",
+    "grant_subscriber",
+    "inbox_topic",
+    "ownership_error",
     "profile_text",
     "role_grants",
     "secure_properties",
@@ -70,11 +76,14 @@ __all__ = [
 
 MECHANISM = "SCRAM-SHA-512"
 ADMIN = "admin"
+INBOX_PREFIX = SUBSCRIPTIONS_TOPIC + ".inbox."
+"""A subscriber's own subscriptions topic is ``INBOX_PREFIX + <subscriber id>`` (:func:`inbox_topic`)."""
 JOB_GROUPS = (
     ("spark-kafka-source-", "prefixed"),
     ("siftstream-delivery", "literal"),
     ("siftstream-serve", "literal"),
     ("siftstream-reader", "literal"),
+    ("siftstream-gateway", "literal"),
 )
 """The consumer groups the jobs use: Spark's Kafka source makes ``spark-kafka-source-<uuid>...``
 groups; the delivery stage, ``serve`` and the readers have fixed ones (their consumers assign
@@ -91,6 +100,113 @@ def subscriber_principal(subscriber_id: str) -> str:
     'subscriber-alice'
     """
     return f"subscriber-{subscriber_id}"
+
+
+def inbox_topic(subscriber_id: str, prefix: str = "") -> str:
+    """The topic subscriber ``subscriber_id`` writes its subscriptions to (only it may).
+
+    >>> inbox_topic("alice", "t.")
+    't.siftstream.subscriptions.v1.inbox.alice'
+    """
+    return f"{prefix}{INBOX_PREFIX}{subscriber_id}"
+
+
+def grant_subscriber(admin_conn: KafkaConnection, role: str, prefix: str = "", channels: Sequence[int] = ()) -> int:
+    """Create subscriber ``role``'s inbox topic (compacted, as the table) and its ACLs; return how many."""
+    import dataclasses
+
+    from infra.topics import ensure_topics
+
+    inbox = inbox_topic(role.removeprefix("subscriber-"))
+    ensure_topics(admin_conn, prefix, specs=(dataclasses.replace(TOPICS[SUBSCRIPTIONS_TOPIC], name=inbox),))
+    return apply_grants(admin_conn, role_grants(role, prefix, channels))
+
+
+def ownership_error(owner: str, key: bytes | None, record: dict[str, Any] | None) -> str | None:
+    """Why a record in ``owner``'s inbox may not enter the subscriptions table (None: it may).
+
+    A subscriber owns the subscription ids ``<its id>-<tail>`` with no ``-`` in the tail (the
+    client's own ids, ``streaming/client.py``), so that ``alice`` cannot name ``alice-2``'s
+    subscriptions; a record (not a tombstone) must also carry ``subscriber_id == owner``.
+
+    >>> ownership_error("alice", b"alice-3f2a", {"subscriber_id": "alice"}) is None
+    True
+    >>> ownership_error("alice", b"alice-2-3f2a", None)
+    "subscription id 'alice-2-3f2a' is not one of alice's (alice-<id without '-'>)"
+    >>> ownership_error("alice", b"alice-x", {"subscriber_id": "bob"})
+    "subscription alice-x names subscriber 'bob', but was written by alice"
+    """
+    sid = (key or b"").decode("utf-8", "replace")
+    tail = sid.removeprefix(f"{owner}-")
+    if tail == sid or not tail or "-" in tail:
+        return f"subscription id {sid!r} is not one of {owner}'s ({owner}-<id without '-'>)"
+    if record is not None and record.get("subscriber_id") != owner:
+        return f"subscription {sid} names subscriber {record.get('subscriber_id')!r}, but was written by {owner}"
+    return None
+
+
+def forward_subscriptions(jobs_conn: KafkaConnection, prefix: str = "", idle_s: float = 5.0) -> tuple[int, int]:
+    """The subscription gateway: copy every inbox's records that :func:`ownership_error` passes
+    and that are valid ``Subscription`` records (or tombstones) to the subscriptions table, and
+    dead-letter the rest (``error_code`` ``not_owner`` or the validator's); return (forwarded,
+    dead-lettered). Runs as ``jobs`` (the only writer of the table) until no record came for
+    ``idle_s`` after it joined; it commits its offsets (group ``siftstream-gateway``), so a rerun goes on from there."""
+    import re
+
+    from confluent_kafka import Consumer
+
+    from producers.kafka_writer import KafkaWriter
+    from schemas.rules import checked, dead_letter
+    from schemas.topics import DEADLETTER_TOPIC
+
+    consumer = Consumer(
+        jobs_conn.confluent(
+            **{
+                "group.id": "siftstream-gateway",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 2000,
+            }
+        )
+    )
+    consumer.subscribe([f"^{re.escape(prefix + INBOX_PREFIX)}.+"])
+    writer = KafkaWriter(jobs_conn)
+    forwarded = rejected = 0
+    start = last = time.monotonic()
+    try:
+        while True:
+            msg = consumer.poll(0.5)
+            now = time.monotonic()
+            if msg is None:  # idle: stop once the group gave it the inboxes (or after a minute without)
+                if now - last > idle_s and (consumer.assignment() or now - start > 60):
+                    break
+                continue
+            last = now
+            if msg.error() is not None:
+                continue
+            topic, key, value = msg.topic(), msg.key(), msg.value()
+            owner = topic.removeprefix(prefix + INBOX_PREFIX)
+            code, reason, record = checked(value, "Subscription", table=True)
+            if code is None:
+                reason = ownership_error(owner, key, record)
+                code = None if reason is None else "not_owner"
+            if code is None:
+                writer.send(prefix + SUBSCRIPTIONS_TOPIC, (key or b"").decode(), value)
+                forwarded += 1
+            else:
+                _, stamp = msg.timestamp()
+                dl_key, dl_value = dead_letter(
+                    topic, msg.partition(), msg.offset(), stamp * 1000, code, str(reason), key, value
+                )
+                writer.send(prefix + DEADLETTER_TOPIC, dl_key.decode(), dl_value)
+                rejected += 1
+            report = writer.flush(30.0)
+            if report.failed:
+                raise RuntimeError(f"the gateway could not write: {report.errors[-3:]}")
+            consumer.commit(msg, asynchronous=False)
+    finally:
+        consumer.close()
+    return forwarded, rejected
 
 
 @dataclass(frozen=True)
@@ -143,8 +259,8 @@ def role_grants(role: str, prefix: str = "", channels: Sequence[int] = ()) -> li
     User:subscriber-alice DESCRIBE topic siftstream.channel.v1.2
     User:subscriber-alice WRITE topic siftstream.receipts.v1
     User:subscriber-alice DESCRIBE topic siftstream.receipts.v1
-    User:subscriber-alice WRITE topic siftstream.subscriptions.v1
-    User:subscriber-alice DESCRIBE topic siftstream.subscriptions.v1
+    User:subscriber-alice WRITE topic siftstream.subscriptions.v1.inbox.alice
+    User:subscriber-alice DESCRIBE topic siftstream.subscriptions.v1.inbox.alice
     User:subscriber-alice READ group siftstream-client-alice-*
     >>> [str(g) for g in role_grants("jobs") if g.operation == "CREATE"]
     ['User:jobs CREATE topic siftstream.channel.v1.*']
@@ -160,7 +276,7 @@ def role_grants(role: str, prefix: str = "", channels: Sequence[int] = ()) -> li
         for c in channels:
             grants += _topic(principal, channel_topic(c, prefix), "READ", "DESCRIBE")
         grants += _topic(principal, prefix + RECEIPTS_TOPIC, "WRITE", "DESCRIBE")
-        grants += _topic(principal, prefix + SUBSCRIPTIONS_TOPIC, "WRITE", "DESCRIBE")
+        grants += _topic(principal, inbox_topic(subscriber_id, prefix), "WRITE", "DESCRIBE")
         # the client's groups are siftstream-client-<subscription id>, and its subscription ids
         # start with '<subscriber id>-' (streaming/client.py)
         grants.append(Grant(principal, "READ", "group", f"siftstream-client-{subscriber_id}-", "prefixed"))
@@ -175,6 +291,9 @@ def role_grants(role: str, prefix: str = "", channels: Sequence[int] = ()) -> li
         grants += _topic(
             principal, prefix + CHANNEL_TOPIC_PREFIX, "READ", "WRITE", "DESCRIBE", "CREATE", pattern="prefixed"
         )
+        # the subscription gateway: reads every inbox, writes what passes to the subscriptions table
+        grants += _topic(principal, prefix + INBOX_PREFIX, "READ", "DESCRIBE", pattern="prefixed")
+        grants += _topic(principal, prefix + SUBSCRIPTIONS_TOPIC, "WRITE")
         grants += [Grant(principal, "READ", "group", g, pattern) for g, pattern in JOB_GROUPS]
         return grants
     raise ValueError(f"unknown role {role!r}: expected publisher, jobs, admin or subscriber-<id>")
@@ -407,9 +526,9 @@ def up(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m infra.security up|down|grant``: the secured local broker (docs/guide/security.md)."""
+    """``python -m infra.security up|down|grant|gateway``: the secured local broker (docs/guide/security.md)."""
     parser = argparse.ArgumentParser(prog="python -m infra.security", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=("up", "down", "grant"))
+    parser.add_argument("action", choices=("up", "down", "grant", "gateway"))
     parser.add_argument("--home", type=Path, default=Path(".siftstream/kafka-secure"))
     parser.add_argument("--port", type=int, default=9192)
     parser.add_argument("--controller-port", type=int, default=9193)
@@ -424,13 +543,22 @@ def main(argv: list[str] | None = None) -> int:
         from infra.jars import ensure_jars
 
         print(up(cfg, ensure_jars(), prefix=args.topic_prefix))
+    elif args.action == "gateway":
+        jobs = SecureHome(cfg.home).connection(cfg.bootstrap, "jobs")
+        forwarded, rejected = forward_subscriptions(jobs, args.topic_prefix)
+        print(f"subscription gateway: {forwarded} forwarded, {rejected} dead-lettered (not the owner's or invalid)")
     else:
         sec = SecureHome(cfg.home)
         sec.ensure(args.role, cfg.java)
         admin = sec.connection(cfg.bootstrap, ADMIN)
         add_users(admin, {r: sec.password(r) for r in args.role})
-        grants = [g for r in args.role for g in role_grants(r, args.topic_prefix, args.channel)]
-        print(f"{apply_grants(admin, grants)} ACLs for {', '.join(args.role)}; profiles in {cfg.home / 'profiles'}")
+        count = 0
+        for role in args.role:
+            if role.startswith("subscriber-"):
+                count += grant_subscriber(admin, role, args.topic_prefix, args.channel)
+            else:
+                count += apply_grants(admin, role_grants(role, args.topic_prefix, args.channel))
+        print(f"{count} ACLs for {', '.join(args.role)}; profiles in {cfg.home / 'profiles'}")
     return 0
 
 

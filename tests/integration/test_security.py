@@ -21,6 +21,7 @@ from infra import kafka, security
 from infra.connection import KafkaConnection
 from infra.topics import ensure_topics
 from producers.produce import ProduceConfig, produce_events
+from schemas.codec import codec_for
 from schemas.topics import (
     DEADLETTER_TOPIC,
     EVENTS_TOPIC,
@@ -30,6 +31,7 @@ from schemas.topics import (
     channel_spec,
     channel_topic,
 )
+from streaming.client import subscription_record
 from streaming.readers import read_topic
 from streaming.validation_job import ValidationConfig, read_stats, run
 
@@ -52,7 +54,7 @@ def secured(jars, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ka
         admin = sec.connection(cfg.bootstrap, security.ADMIN)
         security.add_users(admin, {r: sec.password(r) for r in (ALICE, BOB)})
         for role, channel in CHANNELS.items():
-            security.apply_grants(admin, security.role_grants(role, PREFIX, [channel]))
+            security.grant_subscriber(admin, role, PREFIX, [channel])
         ensure_topics(admin, PREFIX)
         ensure_topics(admin, PREFIX, specs=tuple(channel_spec(c) for c in CHANNELS.values()))
         yield cfg, sec
@@ -129,9 +131,35 @@ def test_subscriber_reads_its_channel_only_and_writes_receipts_and_subscriptions
     assert err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED  # bob's group
 
     assert _produce(alice, PREFIX + RECEIPTS_TOPIC, key="alice") is None
-    assert _produce(alice, PREFIX + SUBSCRIPTIONS_TOPIC, key="alice-s1") is None
-    for topic in (EVENTS_TOPIC, MATCHES_TOPIC, channel_topic(0, "")):
+    own = codec_for("Subscription").encode(subscription_record("alice-s0", "alice", "price < 5"))
+    assert _produce(alice, security.inbox_topic("alice", PREFIX), key="alice-s0", value=own) is None
+    for topic in (EVENTS_TOPIC, MATCHES_TOPIC, channel_topic(0, ""), SUBSCRIPTIONS_TOPIC, security.inbox_topic("bob")):
         assert _refused(_produce(alice, PREFIX + topic)), topic
+
+
+def test_only_a_subscribers_own_subscriptions_reach_the_table(secured) -> None:  # type: ignore[no-untyped-def]
+    """Kafka cannot tell which keys a principal writes, so subscribers write their own inbox topic
+    and the gateway (as jobs) forwards to the table only the subscriptions they own."""
+    alice, jobs = _conn(secured, ALICE), _conn(secured, "jobs")
+    codec, inbox = codec_for("Subscription"), security.inbox_topic("alice", PREFIX)
+    writes = [
+        ("alice-a1", subscription_record("alice-a1", "alice", "price < 10")),  # hers: forwarded
+        ("bob-b1", subscription_record("bob-b1", "bob", "price < 1")),  # bob's id: refused
+        ("alice-a2", subscription_record("alice-a2", "bob", "price < 2")),  # names bob: refused
+        ("bob-b1", None),  # deleting bob's: refused
+        ("alice-a3", None),  # deleting her own: forwarded
+    ]
+    for key, record in writes:
+        assert _produce(alice, inbox, key=key, value=None if record is None else codec.encode(record)) is None
+    forwarded, rejected = security.forward_subscriptions(jobs, PREFIX, idle_s=3.0)
+    assert forwarded >= 2 and rejected == 3  # (and the other test's own subscription alice-s0, if it ran)
+    table = read_topic(jobs, PREFIX + SUBSCRIPTIONS_TOPIC, "Subscription")
+    ours = sorted((r.key, r.value is None) for r in table if r.key != b"alice-s0")
+    assert ours == [(b"alice-a1", False), (b"alice-a3", True)]
+    letters = [r.value for r in read_topic(jobs, PREFIX + DEADLETTER_TOPIC, "DeadLetter")]
+    refused = sorted(d["key"] for d in letters if d["source_topic"] == inbox)
+    assert refused == [b"alice-a2", b"bob-b1", b"bob-b1"]
+    assert {d["error_code"] for d in letters if d["source_topic"] == inbox} == {"not_owner"}
 
 
 def _connect_error(conf: dict[str, Any]) -> list[KafkaError]:
