@@ -91,7 +91,7 @@ class Job:
 
     def __init__(self) -> None:
         self.table = SubscriptionTable()
-        self.replica = IndexReplica(freeze_rebuilds=False)
+        self.replica = IndexReplica(freeze_first_build=False)
         self.base: dict[str, str] = {}
         self.base_version = 0
         self.driver_s = self.worker_s = self.flush_s = 0.0
@@ -220,7 +220,7 @@ def cold_start(n: int, measure_memory: bool) -> dict[str, float]:
         del outcomes
     t3 = time.process_time()
     m1 = tracemalloc.get_traced_memory()[0] if measure_memory else 0
-    replica = IndexReplica(freeze_rebuilds=not measure_memory)
+    replica = IndexReplica(freeze_first_build=not measure_memory)
     filters = table.filters
     replica.sync(table.version, lambda: filters.items(), (), table.version)
     t4 = time.process_time()

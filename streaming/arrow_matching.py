@@ -127,7 +127,7 @@ def replica_for(ship: ShipState) -> IndexReplica:
     """This worker's replica for ``ship.job``, synced to ``ship.version``."""
     replica = _REPLICAS.get(ship.job)
     if replica is None:
-        replica = IndexReplica(INDEX_KINDS[ship.index_kind], freeze_rebuilds=True)  # a long-lived worker
+        replica = IndexReplica(INDEX_KINDS[ship.index_kind], freeze_first_build=True)  # a long-lived worker
         _REPLICAS[ship.job] = replica
         while len(_REPLICAS) > _MAX_REPLICAS:
             _REPLICAS.popitem(last=False)

@@ -239,9 +239,10 @@ class IndexReplica:
     ----------
     factory : callable
         Makes an empty index (``MatchIndex``; tests pass ``BruteForceIndex``).
-    freeze_rebuilds : bool
-        End each load of a snapshot with ``gc.freeze()`` (a long-lived worker process: the loaded
-        state leaves the garbage collector's later scans; ``routing.matching.collector``).
+    freeze_first_build : bool
+        End the first build of the index (from nothing) with ``gc.freeze()`` (a long-lived worker
+        process: the loaded state leaves the garbage collector's later scans;
+        ``routing.matching.collector``).
 
     Notes
     -----
@@ -253,13 +254,13 @@ class IndexReplica:
     """
 
     def __init__(
-        self, factory: Callable[[], MatchIndex | BruteForceIndex] = MatchIndex, freeze_rebuilds: bool = False
+        self, factory: Callable[[], MatchIndex | BruteForceIndex] = MatchIndex, freeze_first_build: bool = False
     ) -> None:
         self._factory = factory
         self._index = factory()
         self._version: int | None = None
         self._filters: dict[str, str] = {}  # what the index holds: id -> filter text
-        self._freeze_rebuilds = freeze_rebuilds
+        self._freeze_first_build = freeze_first_build
         self.rebuilds = 0
 
     @property
@@ -281,8 +282,8 @@ class IndexReplica:
         """Bring the index to ``version``.
 
         The snapshot and the deltas each reach the index as one batch (``apply``), with Python's
-        garbage collector paused (``routing.matching.collector``); a rebuild made with
-        ``freeze_rebuilds`` ends with ``gc.freeze()``, which takes the loaded state out of the
+        garbage collector paused (``routing.matching.collector``); the first build, made with
+        ``freeze_first_build``, ends with ``gc.freeze()``, which takes the loaded state out of the
         collector's later scans (docs/decisions/collector-paused.md).
 
         Parameters
@@ -298,7 +299,7 @@ class IndexReplica:
             The version to reach.
         """
         rebuild = self._version is None or self._version < base_version or self._version > version
-        with collector_paused(freeze=rebuild and self._freeze_rebuilds):
+        with collector_paused(freeze=self._version is None and self._freeze_first_build):
             if rebuild:
                 base = dict(load_base())
                 if self._version is None:
