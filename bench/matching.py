@@ -4,7 +4,11 @@ Workloads (printed with the numbers):
 
 - **W1**, the public REIN benchmark shape: 20 attributes, integer domain [0, 10^6], each
   subscription 10 ``between`` predicates of width 0.5 x domain on distinct random attributes,
-  every event carries all 20 attributes (~0.1% of subscriptions match an event).
+  every event carries all 20 attributes (~0.1% of subscriptions match an event). Matched in
+  batches of ``--w1-batch`` events (the matching job hands the index whole Arrow batches, up to
+  10,000 events). Beside it, in the same run, a vectorised numpy scan of the same subscriptions
+  (``W1Scan``: every predicate's bounds as arrays, one vectorised compare per event) on the first
+  events, with the ratio of their CPU times; the run stops if their per-event match counts differ.
 - **Gryphon** (preset ``gryphon``, Opyrchal et al. §3.1): 15 attributes x 4 Zipf values,
   equality and don't-care, decay 0.78 (~2% match rate) and 0.88 (~0.2%).
 - **Churn**: on the Gryphon index, alternating unsubscribe of a random subscription and subscribe
@@ -23,8 +27,8 @@ also gives the rate with every event's subscription slots spelled out (``Matches
 events, and its answers are compared with the index's for that sample.
 
 Usage: ``.venv/bin/python bench/matching.py [--w1 10000,100000,1000000] [--gryphon 100000]
-[--churn 200000] [--churn-batch 10000] [--churn-only] [--quick]``. Readings and their history:
-docs/results/matching.md.
+[--w1-batch 4096] [--churn 200000] [--churn-batch 10000] [--churn-only | --w1-only] [--quick]``.
+Readings and their history: docs/results/matching.md.
 """
 
 from __future__ import annotations
@@ -47,11 +51,18 @@ from routing.matching.language import Filter, Op, Predicate, parse_filter
 DOMAIN = 10**6
 
 
-def w1_filters(n: int, seed: int) -> list[Filter]:
+def w1_bounds(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """W1's subscriptions as arrays: ``(attrs, lows)``, each ``(n, 10)``; subscription ``i`` is the
+    ``between lows[i, j] and lows[i, j] + DOMAIN // 2`` on attribute ``a{attrs[i, j]}`` for every ``j``."""
     rng = np.random.default_rng(seed)
+    attrs = np.argsort(rng.random((n, 20)), axis=1)[:, :10]
+    lows = rng.integers(0, DOMAIN // 2 + 1, (n, 10))
+    return attrs, lows
+
+
+def w1_filters(n: int, seed: int) -> list[Filter]:
+    attrs, lows = (x.tolist() for x in w1_bounds(n, seed))
     names = [f"a{i}" for i in range(20)]
-    attrs = np.argsort(rng.random((n, 20)), axis=1)[:, :10].tolist()
-    lows = rng.integers(0, DOMAIN // 2 + 1, (n, 10)).tolist()
     half = DOMAIN // 2
     return [
         Filter(tuple(Predicate(names[a], Op.BETWEEN, (lo, lo + half)) for a, lo in zip(attrs[i], lows[i], strict=True)))
@@ -59,9 +70,33 @@ def w1_filters(n: int, seed: int) -> list[Filter]:
     ]
 
 
+def w1_values(n: int, seed: int) -> np.ndarray:
+    """``n`` W1 events as an ``(n, 20)`` matrix of attribute values."""
+    return np.random.default_rng(seed).integers(0, DOMAIN + 1, (n, 20))
+
+
 def w1_events(n: int, seed: int) -> EventBatch:
-    ev = np.random.default_rng(seed).integers(0, DOMAIN + 1, (n, 20))
+    ev = w1_values(n, seed)
     return EventBatch.from_columns(n, {f"a{j}": (ev[:, j], None) for j in range(20)})
+
+
+class W1Scan:
+    """The vectorised numpy scan W1 is compared with: every subscription's predicates as flat
+    arrays (attribute, low, high; 10 per subscription, in subscription order), and per event one
+    vectorised compare over all of them and an AND of each subscription's 10 outcomes."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        attrs, lows = w1_bounds(n, seed)
+        self.n = n
+        self.attr = attrs.astype(np.intp).ravel()
+        self.lo = lows.astype(np.int32).ravel()
+        self.hi = (lows + DOMAIN // 2).astype(np.int32).ravel()
+
+    def match(self, values: np.ndarray) -> np.ndarray:
+        """The indices of the subscriptions that the event ``values`` (20 attribute values) satisfies."""
+        x = values.astype(np.int32)[self.attr]
+        ok = (x >= self.lo) & (x <= self.hi)
+        return np.flatnonzero(ok.reshape(self.n, 10).all(axis=1))
 
 
 def oracle_check(filters: dict[str, Filter], index: MatchIndex, batch: EventBatch, sample: int) -> tuple[float, bool]:
@@ -76,7 +111,7 @@ def oracle_check(filters: dict[str, Filter], index: MatchIndex, batch: EventBatc
     return per_event, expected == index.match(events).all_ids()
 
 
-def bench_w1(n: int, events: int, sample: int) -> None:
+def bench_w1(n: int, events: int, batch_size: int, sample: int, scan_events: int) -> None:
     t = time.perf_counter()
     filters = w1_filters(n, seed=1)
     t_build = time.perf_counter() - t
@@ -86,19 +121,36 @@ def bench_w1(n: int, events: int, sample: int) -> None:
         index.add(f"s{i}", f)
     index.match(w1_events(1, seed=3))  # applies the batched bit work
     t_add = time.perf_counter() - t
-    batch = w1_events(events, seed=2)
+    values = w1_values(events, seed=2)
+    batches = [
+        EventBatch.from_columns(len(v), {f"a{j}": (v[:, j], None) for j in range(20)})
+        for v in np.array_split(values, max(1, -(-events // batch_size)))
+    ]
     index.match(w1_events(64, seed=4))  # warm
     clocks = _Clocks()
-    result = index.match(batch)
+    results = [index.match(b) for b in batches]
     rate, rate_cpu = clocks.rates(events)
+    counts = np.concatenate([r.counts() for r in results])
     per_event = 1 / rate
     stats = index.stats()
-    oracle_s, same = oracle_check({f"s{i}": f for i, f in enumerate(filters)}, index, batch, sample)
+    # the vectorised numpy scan over the same subscriptions and the first scan_events events
+    scan = W1Scan(n, seed=1)
+    clocks = _Clocks()
+    scan_counts = np.array([len(scan.match(values[e])) for e in range(scan_events)])
+    _, scan_cpu = clocks.rates(scan_events)
+    assert (scan_counts == counts[:scan_events]).all(), "the numpy scan and the index disagree on match counts"
+    del scan
+    oracle_s, same = oracle_check({f"s{i}": f for i, f in enumerate(filters)}, index, batches[0], sample)
     print(
         f"W1 N={n:>9,}: {per_event * 1e3:8.3f} ms/event ({1e3 / rate_cpu:.3f} of CPU time) over {events:,} events "
-        f"({result.counts().mean():.1f} matches/event, {result.counts().mean() / n:.3%}); "
+        f"in batches of {min(batch_size, events):,} ({counts.mean():.1f} matches/event, {counts.mean() / n:.3%}); "
         f"oracle {oracle_s * 1e3:9.1f} ms/event on {sample} events, {oracle_s / per_event:7.0f}x; "
         f"exact on the sample: {same}"
+    )
+    print(
+        f"    numpy scan (all {10 * n:,} predicates compared per event): {1e3 / scan_cpu:.3f} ms/event of CPU time "
+        f"on {scan_events} events; the index {rate_cpu / scan_cpu:.1f}x faster (CPU time); per-event match counts "
+        f"agree on those events"
     )
     print(
         f"    memory {stats['bytes_per_subscription']:.0f} B/subscription ({stats['bytes'] / 2**20:.0f} MiB, "
@@ -250,23 +302,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--w1", default="10000,100000,1000000", help="W1 subscription counts (comma list)")
     ap.add_argument("--gryphon", type=int, default=100_000, help="Gryphon subscriptions")
     ap.add_argument("--churn", type=int, default=200_000, help="churn operations (of each kind of run)")
+    ap.add_argument("--w1-batch", type=int, default=4096, help="W1 events per MatchIndex.match call")
     ap.add_argument("--churn-batch", type=int, default=10_000, help="churn operations per MatchIndex.apply")
     ap.add_argument("--churn-only", action="store_true", help="only the Gryphon index (decay 0.78) and churn")
+    ap.add_argument("--w1-only", action="store_true", help="only W1 (with the numpy scan)")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.w1.split(",") if x]
     if args.quick:
         sizes, args.gryphon, args.churn = [10_000], 10_000, 20_000
     print("matching benchmark: one core, numba kernels; times are wall clock", flush=True)
-    index, w, subs = bench_gryphon(args.gryphon, 0.78, 200_000, 4096, 20)
-    bench_churn(index, w, subs, args.churn, args.churn_batch, 20)
-    del index, subs
-    if args.churn_only:
-        return 0
-    bench_gryphon(args.gryphon, 0.88, 200_000, 4096, 20)
+    if not args.w1_only:
+        index, w, subs = bench_gryphon(args.gryphon, 0.78, 200_000, 4096, 20)
+        bench_churn(index, w, subs, args.churn, args.churn_batch, 20)
+        del index, subs
+        if args.churn_only:
+            return 0
+        bench_gryphon(args.gryphon, 0.88, 200_000, 4096, 20)
     for n in sizes:
         gc.collect()
-        bench_w1(n, events=max(200, min(5000, 2 * 10**7 // n)), sample=max(2, min(20, 10**6 // n * 2)))
+        bench_w1(
+            n,
+            events=max(args.w1_batch, min(20_000, 2 * 10**8 // n)),
+            batch_size=args.w1_batch,
+            sample=max(2, min(20, 10**6 // n * 2)),
+            scan_events=max(10, min(200, 2 * 10**7 // n)),
+        )
     return 0
 
 

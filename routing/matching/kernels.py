@@ -112,6 +112,8 @@ NONE, FULL, PARTIAL = 0, 1, 2
 DENSE, SPARSE, LISTED = 0, 1, 2
 # an event is LISTED when at most 1 / LISTED_RATIO of the words can hold a match by the summaries
 LISTED_RATIO = 4
+# events that ``match_hits`` takes against a block of fids at a time (their listed words are buffered)
+EVENT_CHUNK = 1024
 
 trailing_zeros: Any = _cttz  # LLVM's count of trailing zeros (numba's intrinsic, untyped for mypy)
 
@@ -514,17 +516,26 @@ def match_hits(
     hits, slow pairs, _]``.
 
     ``row_of[e]``: event ``e``'s bucket rows, sparsest first, and ``path[e]`` (``event_rows``). The
-    fids are taken ``block_words`` words (64 fids each) at a time, and within a block every event: the block's
-    slice of the rows stays in cache while the events stream by. A ``DENSE`` event gets the AND
-    of its rows whole. For a ``SPARSE`` one, per block, the AND of the two sparsest rows says
-    which words can hold a match; when few can (filters stored in sorted order cluster, so an
-    equality on a leading attribute empties whole stretches of words), each of those words is
-    ANDed with the other rows one by one, stopping at the first zero; when many can, the other
-    rows are ANDed whole (a loop LLVM vectorizes). Fids in ``exact`` match outright; others are
-    verified (``verify``). Hits come out as ``(hit_ev, hit_fid)`` pairs, block by block, in fid
-    order within an event; a slow pair ``(event, fid)`` still needs Python's check. Returns True
-    when done; False when a buffer filled up, with ``resume`` set to the start of the event that
-    did not fit (and ``resume[4]`` to 1 when it was ``slow_pairs``).
+    fids are taken ``block_words`` words (64 fids each) at a time, and within a block the events
+    ``EVENT_CHUNK`` at a time, in two passes:
+
+    1. every event of the chunk against the block: the block's slice of the rows stays in cache
+       while the events stream by. A ``DENSE`` event gets the AND of its rows whole. For a
+       ``SPARSE`` one, the AND of the two sparsest rows says which words can hold a match; when few
+       can (filters stored in sorted order cluster, so an equality on a leading attribute empties
+       whole stretches of words), each of those words is ANDed with the other rows one by one,
+       stopping at the first zero; when many can, the other rows are ANDed whole (a loop LLVM
+       vectorizes). Each nonzero word is listed as ``(event, word, bits)``, without a branch.
+    2. the listed words by word (a stable counting sort), and word after word every event's bits:
+       fids in ``exact`` match outright, the others are verified (``verify``). A word's 64 fids and
+       their predicates stay in cache while the events that need them are checked, where event
+       after event would fetch the predicates of fids all over the block.
+
+    Hits come out as ``(hit_ev, hit_fid)`` pairs, in fid order within an event (block by block,
+    word by word, bit by bit); a slow pair ``(event, fid)`` still needs Python's
+    check. Returns True when done; False when a buffer filled up, with ``resume`` set to the start
+    of the chunk that did not fit (and ``resume[4]`` to 1 when it was ``slow_pairs``): the hit
+    buffer must hold every candidate bit of a chunk.
     """
     n = row_of.shape[0]
     resume[4] = 0
@@ -532,79 +543,130 @@ def match_hits(
         return True
     acc = np.empty(block_words, dtype=np.uint64)
     nz = np.empty(block_words, dtype=np.int64)
+    size = min(n, EVENT_CHUNK) * block_words
+    t_e = np.empty(size, dtype=np.int32)  # the listed words: event, word in the block, bits
+    t_j = np.empty(size, dtype=np.int32)
+    t_x = np.empty(size, dtype=np.uint64)
+    s_e = np.empty(size, dtype=np.int32)  # the same by word
+    s_x = np.empty(size, dtype=np.uint64)
+    start = np.empty(block_words + 1, dtype=np.int64)
+    cap = hit_fid.shape[0]
     k = resume[2]
     ns = resume[3]
     for b in range(resume[0], (n_words + block_words - 1) // block_words):
         w0 = b * block_words
         m = min(w0 + block_words, n_words) - w0
-        e_start = resume[1] if b == resume[0] else 0
         ex = exact[w0 : w0 + m]
         acc_m = acc[:m]  # 1-D views let LLVM vectorize the AND (2-D indexing does not)
-        for e in range(e_start, n):
-            if path[e] == LISTED:
-                continue
-            rr = row_of[e]
-            src = rows[rr[0], w0 : w0 + m]
-            sparse = path[e] == SPARSE
-            if not sparse:  # the plain AND of whole rows
-                acc_m[:] = src
-                for a in range(1, n_attr):
-                    src = rows[rr[a], w0 : w0 + m]
-                    for j in range(m):
-                        acc_m[j] &= src[j]
-                c = m
-                dense = True
-            elif n_attr > 1:
-                src1 = rows[rr[1], w0 : w0 + m]
-                for j in range(m):
-                    acc_m[j] = src[j] & src1[j]
-            else:
-                acc_m[:] = src
-            if sparse:
-                c = 0
-                for j in range(m):  # the words left, listed without a branch
-                    nz[c] = j
-                    c += acc_m[j] != 0
-                dense = 4 * c > m
-            if sparse and dense:
-                for a in range(2, n_attr):
-                    src = rows[rr[a], w0 : w0 + m]
-                    for j in range(m):
-                        acc_m[j] &= src[j]
-                c = m
-            elif sparse:
-                for i in range(c):
-                    j = nz[i]
-                    x = acc_m[j]
-                    for a in range(2, n_attr):
-                        x &= rows[rr[a], w0 + j]
-                        if x == 0:
-                            break
-                    acc_m[j] = x
-            k_event = k
-            ns_event = ns
-            for i in range(c):
-                j = i if dense else nz[i]
-                x = acc_m[j]
-                if x == 0:
+        for e0 in range(resume[1] if b == resume[0] else 0, n, EVENT_CHUNK):
+            t = 0
+            bits = 0
+            for e in range(e0, min(n, e0 + EVENT_CHUNK)):
+                if path[e] == LISTED:
                     continue
+                rr = row_of[e]
+                src = rows[rr[0], w0 : w0 + m]
+                sparse = path[e] == SPARSE
+                if not sparse:  # the plain AND of whole rows
+                    acc_m[:] = src
+                    for a in range(1, n_attr):
+                        src = rows[rr[a], w0 : w0 + m]
+                        for j in range(m):
+                            acc_m[j] &= src[j]
+                elif n_attr > 1:
+                    src1 = rows[rr[1], w0 : w0 + m]
+                    for j in range(m):
+                        acc_m[j] = src[j] & src1[j]
+                else:
+                    acc_m[:] = src
+                if sparse:
+                    c = 0
+                    for j in range(m):  # the words left, listed without a branch
+                        nz[c] = j
+                        c += acc_m[j] != 0
+                    if 4 * c > m:
+                        for a in range(2, n_attr):
+                            src = rows[rr[a], w0 : w0 + m]
+                            for j in range(m):
+                                acc_m[j] &= src[j]
+                    else:
+                        for i in range(c):
+                            j = nz[i]
+                            x = acc_m[j]
+                            for a in range(2, n_attr):
+                                x &= rows[rr[a], w0 + j]
+                                if x == 0:
+                                    break
+                            t_e[t] = e
+                            t_j[t] = j
+                            t_x[t] = x
+                            t += x != 0
+                            bits += _popcount(x)
+                        continue
+                for j in range(m):
+                    x = acc_m[j]
+                    t_e[t] = e
+                    t_j[t] = j
+                    t_x[t] = x
+                    t += x != 0
+                    bits += _popcount(x)
+            if t == 0:
+                continue
+            if k + bits > cap:
+                resume[0] = b
+                resume[1] = e0
+                resume[2] = k
+                resume[3] = ns
+                return False
+            for j in range(m + 1):  # by word, events in order within a word
+                start[j] = 0
+            for i in range(t):
+                start[t_j[i] + 1] += 1
+            for j in range(m):
+                start[j + 1] += start[j]
+            for i in range(t):
+                j = t_j[i]
+                p = start[j]
+                s_e[p] = t_e[i]
+                s_x[p] = t_x[i]
+                start[j] = p + 1
+            k_chunk = k
+            ns_chunk = ns
+            p = 0
+            for j in range(m):  # start[j] is now the end of word j's entries
                 base = (w0 + j) * 64
                 exw = ex[j]
-                full = 0
-                if x & ~exw == 0 and k + 64 <= hit_fid.shape[0]:
-                    k = _emit_all(e, base, x, hit_ev, hit_fid, k)
-                else:
-                    k, ns, full = _emit(
-                        e, base, x, exw, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit, hit_ev, hit_fid,
-                        slow_pairs, k, ns,
-                    )  # fmt: skip
-                if full:
-                    resume[0] = b
-                    resume[1] = e
-                    resume[2] = k_event
-                    resume[3] = ns_event
-                    resume[4] = full - 1
-                    return False
+                for i in range(p, start[j]):
+                    e = s_e[i]
+                    x = s_x[i]
+                    if x & ~exw == 0:  # every bit decisive: matches outright
+                        k = _emit_all(e, base, x, hit_ev, hit_fid, k)
+                        continue
+                    while x != 0:  # in fid order: decisive bits match outright, the others are checked
+                        f = base + trailing_zeros(x)
+                        one = x & (~x + np.uint64(1))
+                        x ^= one
+                        if exw & one == 0:  # (inline: a shared helper with _emit cost W1 about 50%)
+                            flags = meta[f, M_FLAGS]
+                            if flags & INEXACT:
+                                if not verify(e, f, ev_kind, ev_val, ev_delta, meta, p_code, p_ab, lit):
+                                    continue
+                            if flags & SLOW:
+                                if ns >= slow_pairs.shape[0]:  # (the hits have room)
+                                    resume[0] = b
+                                    resume[1] = e0
+                                    resume[2] = k_chunk
+                                    resume[3] = ns_chunk
+                                    resume[4] = 1
+                                    return False
+                                slow_pairs[ns, 0] = e
+                                slow_pairs[ns, 1] = f
+                                ns += 1
+                                continue
+                        hit_ev[k] = e
+                        hit_fid[k] = f
+                        k += 1
+                p = start[j]
     resume[2] = k
     resume[3] = ns
     return True
