@@ -414,6 +414,10 @@ class Subscription:
         What was read, yielded, dropped.
     channel, version : int
         The channel topic read now and the newest assignment version applied.
+    start_offset : int
+        Where reading the channel started.
+    resumed : bool
+        Whether that was the position an earlier life committed (``resume=True``).
     """
 
     def __init__(
@@ -426,6 +430,7 @@ class Subscription:
         max_events: int | None,
         timeout_s: float | None,
         dedupe_window: int,
+        resume: bool = False,
     ) -> None:
         self._owner = owner
         self.subscription_id, self.subscriber_id = subscription_id, owner.subscriber_id
@@ -434,6 +439,7 @@ class Subscription:
         self.counters = ClientCounters()
         self._recent = RecentIds(dedupe_window)
         self._pending: deque[Message] = deque()
+        self._last: Message | None = None  # the channel record handed out last (its offset is stored once done)
         self._inner: deque[bytes] = deque()  # matching events of the ChannelEvents record being read
         self._index = MatchIndex()  # the filter once more, to match a ChannelEvents record's events at once
         self._index.add(subscription_id, filt)
@@ -447,9 +453,12 @@ class Subscription:
             "enable.partition.eof": False,
         }
         self._channels_consumer = Consumer(owner.conn.confluent(**settings))
-        self._consumer = Consumer(owner.conn.confluent(**settings, **{"fetch.wait.max.ms": 50}))
+        # the channel's position: stored once a record was fully handed out (the program came back
+        # for the next event), committed every second and on close; resume=True starts there
+        position = {"enable.auto.commit": True, "enable.auto.offset.store": False, "auto.commit.interval.ms": 1000}
+        self._consumer = Consumer(owner.conn.confluent(**{**settings, **position, "fetch.wait.max.ms": 50}))
         try:
-            self._start(prefix)
+            self._start(prefix, resume)
         except BaseException:
             self._channels_consumer.close()
             self._consumer.close()
@@ -457,7 +466,7 @@ class Subscription:
 
     # ---- subscribing (docs/reference/delivery.md §5, "Subscribing") ---------------------------
 
-    def _start(self, prefix: str) -> None:
+    def _start(self, prefix: str, resume: bool) -> None:
         from streaming.readers import watermarks
 
         channels_topic = prefix + CHANNELS_TOPIC
@@ -475,6 +484,11 @@ class Subscription:
         meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
         exists = meta is not None and meta.error is None and bool(meta.partitions)
         start = watermarks(self._consumer, topic, 0)[1] if exists else 0
+        self.resumed = False
+        if resume and exists:  # the position an earlier life of this subscription committed there
+            committed = self._consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+            if committed >= 0:
+                start, self.resumed = min(int(committed), start), True
         # 3. publish the subscription (acknowledged), 4. read from that offset
         self._owner._write_subscription(self.subscription_id, self.record)
         self._read_from(channel, start)
@@ -483,7 +497,10 @@ class Subscription:
     def _read_from(self, channel: int, offset: int) -> None:
         self._pending.clear()
         self._inner.clear()
-        self._consumer.assign([TopicPartition(channel_topic(channel, self._owner.topic_prefix), 0, offset)])
+        self._last = None
+        start = TopicPartition(channel_topic(channel, self._owner.topic_prefix), 0, offset)
+        self._consumer.assign([start])
+        self._consumer.store_offsets(offsets=[start])  # a restart resumes in this channel from here
 
     @property
     def channel(self) -> int:
@@ -513,6 +530,9 @@ class Subscription:
         return True
 
     def _next_record(self, deadline: float) -> Message | None:
+        if self._last is not None:  # done with it: a restart with resume=True starts after it
+            last, self._last = self._last, None
+            self._consumer.store_offsets(offsets=[TopicPartition(last.topic(), last.partition(), last.offset() + 1)])
         while not self._pending:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -523,7 +543,8 @@ class Subscription:
                     self._pending.append(msg)
                 elif error.fatal():  # others (a topic not made yet, a broker away) are retried
                     raise RuntimeError(f"reading channel {self.channel}: {error}")
-        return self._pending.popleft()
+        self._last = self._pending.popleft()
+        return self._last
 
     def poll(self, timeout_s: float = 1.0) -> dict[str, Any] | None:
         """The next matching event not yielded before, or None when none came within ``timeout_s``."""
@@ -647,6 +668,10 @@ class Subscriber:
         How many recently yielded event ids each subscription remembers to drop duplicates.
     log : file, optional
         Where to write diagnostics (one line per subscribe, move and close); None: silent.
+    inbox : bool
+        Write subscription records and tombstones to the subscriber's own inbox topic
+        (``siftstream.subscriptions.v1.inbox.<subscriber id>``) instead of the subscriptions table:
+        a secured deployment's subscribers may write only there (docs/guide/security.md).
 
     Examples
     --------
@@ -664,6 +689,7 @@ class Subscriber:
         home_broker: str | None = None,
         dedupe_window: int = 100_000,
         log: TextIO | None = None,
+        inbox: bool = False,
     ) -> None:
         self.conn = _connect(bootstrap_servers, conn)
         self.topic_prefix = topic_prefix
@@ -674,6 +700,11 @@ class Subscriber:
         self.subscriptions: list[Subscription] = []
         self._subs_codec, self._receipt_codec = codec_for("Subscription"), codec_for("Receipt")
         self._writer_made: KafkaWriter | None = None
+        self._subscriptions_topic = self.topic_prefix + SUBSCRIPTIONS_TOPIC
+        if inbox:
+            from infra.security import inbox_topic
+
+            self._subscriptions_topic = inbox_topic(self.subscriber_id, self.topic_prefix)
 
     @property
     def _writer(self) -> KafkaWriter:
@@ -696,6 +727,7 @@ class Subscriber:
         *,
         max_events: int | None = None,
         timeout_s: float | None = None,
+        resume: bool = False,
     ) -> Subscription:
         """Register an atomic subscription and return it, ready to iterate.
 
@@ -705,6 +737,13 @@ class Subscriber:
         offset of the subscription's channel under it are read, the subscription record is
         written and acknowledged, and reading starts at that offset. ``max_events`` and
         ``timeout_s`` bound iterating the returned :class:`Subscription`.
+
+        ``resume=True`` (a program restarted after a crash, with the same ``subscription_id``)
+        starts at the position that an earlier life committed in that channel instead of its
+        end: the record after the last one whose events the program had taken (it asked for the
+        next event), committed every second. Nothing delivered meanwhile is lost; events of the
+        last second before the crash may come again (same ``event_id``, same content: at least
+        once, duplicates identified by ``event_id``).
         """
         sid = subscription_id or _new_id(self.subscriber_id)
         record = subscription_record(
@@ -717,12 +756,19 @@ class Subscriber:
         )
         filt = parse_filter(filter_text)
         sub = Subscription(
-            self, sid, filt, record, max_events=max_events, timeout_s=timeout_s, dedupe_window=self.dedupe_window
+            self,
+            sid,
+            filt,
+            record,
+            max_events=max_events,
+            timeout_s=timeout_s,
+            dedupe_window=self.dedupe_window,
+            resume=resume,
         )
         self.subscriptions.append(sub)
         self._say(
             f"[subscribe] {sid} of {self.subscriber_id}: {filt} on channel {sub.channel} "
-            f"(version {sub.version}) from offset {sub.start_offset}"
+            f"(version {sub.version}) from offset {sub.start_offset}" + (" (resumed)" if sub.resumed else "")
         )
         return sub
 
@@ -736,12 +782,10 @@ class Subscriber:
         return total
 
     def _write_subscription(self, subscription_id: str, record: dict[str, Any]) -> None:
-        self._send_acknowledged(
-            self.topic_prefix + SUBSCRIPTIONS_TOPIC, subscription_id, self._subs_codec.encode(record)
-        )
+        self._send_acknowledged(self._subscriptions_topic, subscription_id, self._subs_codec.encode(record))
 
     def _write_tombstone(self, subscription_id: str) -> None:
-        self._send_acknowledged(self.topic_prefix + SUBSCRIPTIONS_TOPIC, subscription_id, None)
+        self._send_acknowledged(self._subscriptions_topic, subscription_id, None)
         self._say(f"[subscribe] {subscription_id} unsubscribed (tombstone written)")
 
     def _write_receipt(self, event_id: str) -> None:
