@@ -30,7 +30,7 @@ from producers.events import EventGenerator
 from producers.kafka_writer import KafkaWriter
 from routing.matching.index import BruteForceIndex
 from schemas.codec import codec_for
-from schemas.topics import EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
+from schemas.topics import CHANNELS_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
 from streaming.readers import read_topic
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(420)]
@@ -229,3 +229,102 @@ def test_the_matching_job_survives_its_driver_killed(
     assert "rebuilding it from" not in log2, log2[-3000:]
     assert after[0]["subscription_records"] == 0 and after[0]["subscriptions"] == len(FILTERS), after[0]
     assert after[0]["table_version"] == before[-1]["table_version"]
+
+
+def _channel_versions(conn: KafkaConnection, prefix: str) -> list[dict[str, Any]]:
+    """Every ``ChannelAssignment`` record, each checked to be keyed by its version."""
+    found = read_topic(conn, prefix + CHANNELS_TOPIC, "ChannelAssignment", timeout_s=30)
+    assert all(r.value is not None and r.key == str(r.value["version"]).encode() for r in found)
+    return [r.value for r in found if r.value is not None]
+
+
+def test_the_channels_job_keeps_its_assignment_version_across_a_driver_kill(
+    jars,  # type: ignore[no-untyped-def]
+    kafka_cluster: tuple[KafkaConnection, KafkaClusterConfig],
+    tmp_path: Path,
+) -> None:
+    """Two groups of four subscriptions with disjoint load give version 1 (``initial``); the job
+    is killed; while it is down the load drifts (the groups mix); the restarted job must go on
+    from its saved monitor (the subscriptions, the sample, the installed version) and plan
+    version 2 (``reclustered``), not start again at version 1."""
+    conn, _ = kafka_cluster
+    prefix = f"d{uuid.uuid4().hex[:8]}."
+    ensure_topics(conn, prefix)
+    groups = {"a": [f"a{i}" for i in range(1, 5)], "b": [f"b{i}" for i in range(1, 5)]}
+    mixed = [groups["a"][:2] + groups["b"][:2], groups["a"][2:] + groups["b"][2:]]
+    writer, sub_codec, match_codec = KafkaWriter(conn), codec_for("Subscription"), codec_for("Match")
+    for g, ids in groups.items():
+        for sid in ids:
+            record = {"type": "subscribe", "subscription_id": sid, "subscriber_id": f"user-{g}", "filter": f"g = '{g}'"}
+            writer.send(prefix + SUBSCRIPTIONS_TOPIC, sid, sub_codec.encode(record))
+
+    def publish(load: list[list[str]], n: int, start_ms: int, tag: str) -> None:
+        for i in range(n):
+            ids = sorted(load[i % len(load)])
+            record = {"event_id": f"{tag}{i}", "publisher_id": "p1", "published_at": start_ms + 100 * i}
+            writer.send(
+                prefix + MATCHES_TOPIC, record["event_id"], match_codec.encode({**record, "subscription_ids": ids})
+            )
+        assert writer.flush(60).failed == 0
+
+    stats = tmp_path / "stats.jsonl"
+    args = [
+        "channels-job",
+        *connection_flags(conn, prefix, tmp_path / "home"),
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--stats",
+        str(stats),
+        "--trigger-interval",
+        "1 second",
+        "--k",
+        "2",
+        "--sample-events",
+        "200",
+        "--min-interval-s",
+        "10",
+        "--method",
+        "spectral-ncut",
+    ]
+    publish(list(groups.values()), 200, 1_760_000_000_000, "e")
+    first = JobProcess(args, tmp_path / "life1.log")
+    second: JobProcess | None = None
+    injected: dict[str, Any] = {}
+    try:
+        [initial] = wait_for(lambda: _channel_versions(conn, prefix), 240, "version 1")
+        injected["batches"] = len(stats_lines(stats))
+        injected["processes"] = first.kill9()
+        injected["uncommitted"] = uncommitted(tmp_path / "ckpt" / "query")
+        publish(mixed, 200, 1_760_000_030_000, "f")  # 30 s of event time later, while it is down
+        second = JobProcess(args, tmp_path / "life2.log")
+        versions = wait_for(
+            lambda: (found := _channel_versions(conn, prefix))[-1]["version"] > 1 and found,
+            240,
+            "a version after 1",
+        )
+        assert second.alive(), second.text()[-3000:]
+    finally:
+        rc = second.stop() if second is not None else None
+        first.stop()
+
+    log2 = second.text()
+    by_version: dict[int, list[dict[str, Any]]] = {}
+    for v in versions:
+        by_version.setdefault(v["version"], []).append(v)
+    print(
+        f"\ninjected: kill -9 of the channels-job process group ({', '.join(injected['processes'])}) once version 1 "
+        f"was written, after {injected['batches']} batches, batches {injected['uncommitted']} planned but not "
+        f"committed; 200 drifted Match records written while it was down; the same command restarted"
+        f"\ncounted: {len(versions)} ChannelAssignment records, versions "
+        f"{[(n, recs[0]['reason'], len(recs)) for n, recs in sorted(by_version.items())]} (number, reason, copies); "
+        f"restarted driver exit code on SIGTERM {rc}"
+    )
+    assert (initial["version"], initial["reason"]) == (1, "initial")
+    assert sorted(c["subscription_ids"] for c in initial["channels"]) == sorted(groups.values())
+    for recs in by_version.values():
+        assert all(r == recs[0] for r in recs), "differing records under one version"
+    assert sorted(by_version) == [1, 2], sorted(by_version)  # went on from 1: not a second "initial"
+    reclustered = by_version[2][0]
+    assert reclustered["reason"] == "reclustered"
+    assert sorted(c["subscription_ids"] for c in reclustered["channels"]) == sorted(sorted(m) for m in mixed)
+    assert "starting empty" not in log2, log2[-3000:]  # the monitor came back from its saved state
