@@ -1020,6 +1020,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
         subscriber_id=args.subscriber,
         home_broker=args.broker,
         log=sys.stderr,
+        inbox=args.inbox,
     ) as subscriber:
         sub = subscriber.subscribe(
             args.filter,
@@ -1076,6 +1077,11 @@ def _client_parsers(sub: Any) -> None:
     p.add_argument("--subscriber", help="the subscriber id (default: a random one)")
     p.add_argument("--subscription", help="the subscription id (default: a random one)")
     p.add_argument("--broker", help="the subscriber's home broker in the overlay")
+    p.add_argument(
+        "--inbox",
+        action="store_true",
+        help="write the subscription to the subscriber's own inbox topic (secured: docs/guide/security.md)",
+    )
     p.add_argument("--deadline-ms", type=int, help="QoS wish: events within this many ms of publication")
     p.add_argument("--min-reliability", type=float, help="QoS wish: the fraction delivered in time, 0..1")
     p.add_argument("--max-events", type=int, help="stop after this many events (default: never)")

@@ -31,7 +31,7 @@ from schemas.topics import (
     channel_spec,
     channel_topic,
 )
-from streaming.client import subscription_record
+from streaming.client import Subscriber, subscription_record
 from streaming.readers import read_topic
 from streaming.validation_job import ValidationConfig, read_stats, run
 
@@ -151,11 +151,17 @@ def test_only_a_subscribers_own_subscriptions_reach_the_table(secured) -> None: 
     ]
     for key, record in writes:
         assert _produce(alice, inbox, key=key, value=None if record is None else codec.encode(record)) is None
+    # the client library: refused the table, it subscribes (and unsubscribes) through its inbox
+    table_refused = pytest.raises(RuntimeError, match="Topic authorization failed")
+    with table_refused, Subscriber(conn=alice, topic_prefix=PREFIX, subscriber_id="alice") as client:
+        client.subscribe("price < 3")
+    with Subscriber(conn=alice, topic_prefix=PREFIX, subscriber_id="alice", inbox=True) as client:
+        sid = client.subscribe("price < 4").subscription_id.encode()
     forwarded, rejected = security.forward_subscriptions(jobs, PREFIX, idle_s=3.0)
-    assert forwarded >= 2 and rejected == 3  # (and the other test's own subscription alice-s0, if it ran)
+    assert forwarded >= 4 and rejected == 3  # (and the other test's own subscription alice-s0, if it ran)
     table = read_topic(jobs, PREFIX + SUBSCRIPTIONS_TOPIC, "Subscription")
     ours = sorted((r.key, r.value is None) for r in table if r.key != b"alice-s0")
-    assert ours == [(b"alice-a1", False), (b"alice-a3", True)]
+    assert ours == sorted([(b"alice-a1", False), (b"alice-a3", True), (sid, False), (sid, True)])
     letters = [r.value for r in read_topic(jobs, PREFIX + DEADLETTER_TOPIC, "DeadLetter")]
     refused = sorted(d["key"] for d in letters if d["source_topic"] == inbox)
     assert refused == [b"alice-a2", b"bob-b1", b"bob-b1"]
