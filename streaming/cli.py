@@ -35,6 +35,13 @@ def _broker_cfg(args: argparse.Namespace) -> Any:
     return BrokerConfig(home=_home(args) / "kafka", port=args.port, controller_port=args.controller_port)
 
 
+def _secure_cfg(args: argparse.Namespace) -> Any:
+    """The secured single broker of ``infra up --secure`` (HOME/kafka-secure, profiles in its profiles/)."""
+    from infra.kafka import BrokerConfig
+
+    return BrokerConfig(home=_home(args) / "kafka-secure", port=args.port, controller_port=args.controller_port)
+
+
 def _local_bootstrap(args: argparse.Namespace) -> str:
     """The local broker, or every node of the local cluster (``infra up --brokers N``) whose first
     port is ``--port`` while any node of it runs, so that a client starts even while one is down."""
@@ -133,12 +140,18 @@ def cmd_infra(args: argparse.Namespace) -> int:
         if args.bootstrap_servers:
             print(f"using the cluster at {args.bootstrap_servers}; nothing local is started")
             return 0
-        if args.brokers > 1:
+        if args.secure:  # TLS + SCRAM + ACLs per role (docs/guide/security.md)
+            from infra import security
+
+            print(security.up(_secure_cfg(args), _jars(args), prefix=args.topic_prefix))
+        elif args.brokers > 1:
             print(kafka.cluster_up(_kafka_cluster_cfg(args), _jars(args)))
         else:
             print(kafka.up(_broker_cfg(args), _jars(args)))
     elif action == "down":
         print(kafka.down(_broker_cfg(args)))
+        if kafka.broker_status(_secure_cfg(args))["pid"] is not None:
+            print(kafka.down(_secure_cfg(args)))
         cluster = kafka.read_cluster(_home(args) / "kafka-cluster")
         if cluster is not None:
             print(kafka.cluster_down(cluster))
@@ -1360,6 +1373,12 @@ def build_parser() -> argparse.ArgumentParser:
         "ports from --port up, controller ports from --controller-port up (from --port + N if they would overlap); "
         "replication factor 3, min.insync.replicas 2, a 512 MiB heap per node (docs/guide/faults.md). "
         "down and status find the cluster themselves (default: %(default)s, the single broker)",
+    )
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="up: a single broker under HOME/kafka-secure with TLS, SASL/SCRAM and ACLs per role, and a "
+        "--kafka-config profile per role in HOME/kafka-secure/profiles (docs/guide/security.md)",
     )
     p.add_argument("--json", action="store_true", help="status: one JSON object per broker (node id, ports, pid)")
     p.add_argument("--spark-port", type=int, default=7077, help="standalone master port (default: %(default)s)")
