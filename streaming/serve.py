@@ -179,11 +179,10 @@ def _start_job(spark: SparkSession, cfg: ServeConfig, job: str) -> JobRun:
             return JobRun(job, {"query": query}, handler)
         builder: Callable[..., Any]
         if job == "channels":
-            from routing.monitors.channels import ChannelMonitorConfig
             from streaming.channels_job import ChannelsConfig
             from streaming.channels_job import build_query as builder
 
-            job_cfg: Any = ChannelsConfig(monitor=ChannelMonitorConfig(method="spectral-ncut"), **common)
+            job_cfg: Any = ChannelsConfig(**common)  # the job's default method (auto)
         elif job == "qos":
             from streaming.qos_job import QosConfig
             from streaming.qos_job import build_query as builder
