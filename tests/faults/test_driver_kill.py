@@ -30,7 +30,17 @@ from producers.events import EventGenerator
 from producers.kafka_writer import KafkaWriter
 from routing.matching.index import BruteForceIndex
 from schemas.codec import codec_for
-from schemas.topics import CHANNELS_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
+from schemas.topics import (
+    BROKER_TELEMETRY_TOPIC,
+    CHANNELS_TOPIC,
+    COMPOSITES_TOPIC,
+    EVENTS_TOPIC,
+    MATCHES_TOPIC,
+    QOS_TOPIC,
+    RECEIPTS_TOPIC,
+    SUBSCRIPTIONS_TOPIC,
+    TOPOLOGY_TOPIC,
+)
 from streaming.readers import read_topic
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(420)]
@@ -328,3 +338,249 @@ def test_the_channels_job_keeps_its_assignment_version_across_a_driver_kill(
     assert reclustered["reason"] == "reclustered"
     assert sorted(c["subscription_ids"] for c in reclustered["channels"]) == sorted(sorted(m) for m in mixed)
     assert "starting empty" not in log2, log2[-3000:]  # the monitor came back from its saved state
+
+
+def test_the_composites_job_completes_a_pattern_across_a_driver_kill(
+    jars,  # type: ignore[no-untyped-def]
+    kafka_cluster: tuple[KafkaConnection, KafkaClusterConfig],
+    tmp_path: Path,
+) -> None:
+    """A sequence (a hotel, then a flight within 3 s): the job sees the first ten seconds of
+    events and is killed; the next ten seconds are published while it is down. Patterns whose
+    hotel came before the kill and whose flight after must be detected by the restarted job from
+    its saved detector state; the detections equal the brute-force detector's, none repeated
+    with other content."""
+    from routing.composite.detection import detect_reference, detection_id
+    from routing.composite.trees import parse_composite
+    from routing.matching.language import parse_filter
+
+    conn, _ = kafka_cluster
+    prefix = f"d{uuid.uuid4().hex[:8]}."
+    ensure_topics(conn, prefix)
+    epoch, tree_doc = (
+        1_760_000_000_000,
+        {"op": "seq", "within_ms": 3000, "children": ["kind = 'hotel'", "kind = 'flight'"]},
+    )
+    writer = KafkaWriter(conn)
+    topology = [{"element_id": b, "kind": "broker"} for b in ("b1", "b2")] + [
+        {"element_id": "b1->b2", "kind": "link", "from": "b1", "to": "b2", "cost": 1.0},
+        {"element_id": "b2->b1", "kind": "link", "from": "b2", "to": "b1", "cost": 1.0},
+        {"element_id": "pf", "kind": "publisher", "broker": "b2"},
+        {"element_id": "ph", "kind": "publisher", "broker": "b1"},
+    ]
+    codec = codec_for("TopologyElement")
+    for element in topology:
+        writer.send(prefix + TOPOLOGY_TOPIC, element["element_id"], codec.encode(element))
+    record = {
+        "type": "subscribe",
+        "subscription_id": "order",
+        "subscriber_id": "user-order",
+        "broker": "b1",
+        "composite": json.dumps(tree_doc),
+    }
+    writer.send(prefix + SUBSCRIPTIONS_TOPIC, "order", codec_for("Subscription").encode(record))
+    event_codec = codec_for("Event")
+
+    def publish(start_s: int, stop_s: int) -> list[dict[str, Any]]:
+        """Flights every 500 ms, hotels every 2 s (1,750 ms past: the last one of the first ten seconds
+        is followed by a flight only in the next ten), from two publishers."""
+        out = []
+        for t in range(start_s * 1000, stop_s * 1000, 250):
+            kind = "flight" if t % 500 == 0 else "hotel" if t % 2000 == 1750 else None
+            if kind is not None:
+                out.append(
+                    {
+                        "event_id": f"{kind[0]}{t}",
+                        "publisher_id": "pf" if kind == "flight" else "ph",
+                        "published_at": epoch + t,
+                        "lifetime_ms": 60_000,
+                        "attributes": {"kind": kind},
+                    }
+                )
+        for e in out:
+            writer.send(prefix + EVENTS_TOPIC, e["event_id"], event_codec.encode(e))
+        assert writer.flush(60).failed == 0
+        return out
+
+    stats = tmp_path / "stats.jsonl"
+    args = [
+        "composites-job",
+        *connection_flags(conn, prefix, tmp_path / "home"),
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--stats",
+        str(stats),
+        "--trigger-interval",
+        "1 second",
+        "--lateness-s",
+        "1",
+    ]
+    first_half = publish(0, 10)
+    first = JobProcess(args, tmp_path / "life1.log")
+    second: JobProcess | None = None
+    injected: dict[str, Any] = {}
+
+    def events_read() -> int:
+        return sum(b["records"].get(EVENTS_TOPIC, 0) for b in stats_lines(stats))
+
+    def detections() -> list[dict[str, Any]]:
+        found = read_topic(conn, prefix + COMPOSITES_TOPIC, "CompositeDetection", timeout_s=30)
+        return [r.value for r in found if r.value is not None]
+
+    try:
+        wait_for(lambda: events_read() >= len(first_half), 240, "the job to read the first ten seconds")
+        injected["batches"], injected["detections"] = len(stats_lines(stats)), len(detections())
+        injected["processes"] = first.kill9()
+        injected["uncommitted"] = uncommitted(tmp_path / "ckpt" / "query")
+        second_half = publish(10, 20)  # while it is down
+        everything = first_half + second_half
+        watermark = max(e["published_at"] for e in everything) - 1000
+        tree = parse_composite(tree_doc)
+        instances = [
+            (leaf.id, e["event_id"], e["published_at"])
+            for e in everything
+            if e["published_at"] < watermark
+            for leaf in tree.leaf_nodes
+            if parse_filter(leaf.text).matches(e["attributes"])
+        ]
+        want = {
+            detection_id("order", [c[0] for c in det], [c[1] for c in det])
+            for det in detect_reference(tree, instances, max_instances=1000).detections
+        }
+        second = JobProcess(args, tmp_path / "life2.log")
+        found = wait_for(lambda: (d := detections()) and {x["detection_id"] for x in d} >= want and d, 240, "them")
+        assert second.alive(), second.text()[-3000:]
+    finally:
+        rc = second.stop() if second is not None else None
+        first.stop()
+
+    later = {e["event_id"] for e in second_half}
+    across = [
+        d
+        for d in found
+        if {c["event_id"] for c in d["components"]} & later and {c["event_id"] for c in d["components"]} - later
+    ]
+    by_id: dict[str, dict[str, Any]] = {}
+    for d in found:
+        by_id.setdefault(d["detection_id"], d)
+    print(
+        f"\ninjected: kill -9 of the composites-job process group ({', '.join(injected['processes'])}) once it "
+        f"had read the first {len(first_half)} events, after {injected['batches']} batches "
+        f"({injected['detections']} detections written), batches {injected['uncommitted']} planned but not "
+        f"committed; {len(second_half)} events published while it was down; the same command restarted"
+        f"\ncounted: {len(found)} detection records, {len(by_id)} distinct ({len(want)} by the brute-force "
+        f"detector), {len({d['detection_id'] for d in across})} with a hotel before the kill and a flight after; "
+        f"restarted driver exit code on SIGTERM {rc}"
+    )
+    assert set(by_id) == want
+    assert all(d == by_id[d["detection_id"]] for d in found), "differing records under one detection id"
+    assert across, "no pattern spans the kill: the test would not see a lost partial match"
+    assert "starting empty" not in second.text()
+
+
+def test_the_qos_job_keeps_its_windows_across_a_driver_kill(
+    jars,  # type: ignore[no-untyped-def]
+    kafka_cluster: tuple[KafkaConnection, KafkaClusterConfig],
+    tmp_path: Path,
+) -> None:
+    """One subscriber's subscription, 40 events and the receipts of part of its matching events
+    are read, then the job is killed; more receipts and a telemetry sample that moves the job's
+    clock past every deadline come while it is down. The restarted job's report for the
+    subscriber must count the receipts from before the kill: its measured reliability is all
+    receipts over all matching events, which a job that lost its window (or its subscription
+    and events) cannot report."""
+    from streaming.client import subscription_record
+
+    conn, _ = kafka_cluster
+    prefix = f"d{uuid.uuid4().hex[:8]}."
+    ensure_topics(conn, prefix)
+    epoch, period_ms, lateness_ms = 1_760_000_000_000, 10_000, 5_000
+    writer = KafkaWriter(conn)
+    sub = subscription_record("qa-1", "qa", "price < 50", broker="b1", deadline_ms=1000, min_reliability=0.9)
+    writer.send(prefix + SUBSCRIPTIONS_TOPIC, "qa-1", codec_for("Subscription").encode(sub))
+    events = [
+        {
+            "event_id": f"ev{i:03d}",
+            "publisher_id": "p1",
+            "published_at": epoch + 100 * i,
+            "lifetime_ms": 60_000,
+            "attributes": {"price": float((i * 37) % 100)},
+        }
+        for i in range(40)
+    ]
+    event_codec, receipt_codec = codec_for("Event"), codec_for("Receipt")
+    for e in events:
+        writer.send(prefix + EVENTS_TOPIC, "p1", event_codec.encode(e))
+    matching = [e for e in events if e["attributes"]["price"] < 50]
+    before, down = matching[: len(matching) // 2], matching[len(matching) // 2 : len(matching) // 2 + 5]
+
+    def receipts(those: list[dict[str, Any]]) -> None:
+        for e in those:
+            receipt = {"subscriber_id": "qa", "event_id": e["event_id"], "received_at": e["published_at"] + 50}
+            writer.send(prefix + RECEIPTS_TOPIC, "qa", receipt_codec.encode(receipt))
+        assert writer.flush(60).failed == 0
+
+    receipts(before)
+    stats = tmp_path / "stats.jsonl"
+    args = [
+        "qos-job",
+        *connection_flags(conn, prefix, tmp_path / "home"),
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--stats",
+        str(stats),
+        "--trigger-interval",
+        "1 second",
+        "--update-period-s",
+        str(period_ms / 1000),
+        "--lateness-s",
+        str(lateness_ms / 1000),
+    ]
+
+    def read(topic: str) -> int:
+        return sum(b["records"].get(topic, 0) for b in stats_lines(stats))
+
+    def report() -> dict[str, Any] | None:
+        found = [r.value for r in read_topic(conn, prefix + QOS_TOPIC, "QosReport", timeout_s=30) if r.value]
+        mine = [v for v in found if v["kind"] == "subscriber" and v["id"] == "qa" and v["window_end"] >= last]
+        return max(mine, key=lambda v: v["window_end"]) if mine else None
+
+    last = max(e["published_at"] + e["lifetime_ms"] for e in events)
+    first = JobProcess(args, tmp_path / "life1.log")
+    second: JobProcess | None = None
+    injected: dict[str, Any] = {}
+    try:
+        wait_for(lambda: read(EVENTS_TOPIC) == 40 and read(RECEIPTS_TOPIC) == len(before), 240, "the first inputs")
+        injected["batches"] = len(stats_lines(stats))
+        injected["processes"] = first.kill9()
+        injected["uncommitted"] = uncommitted(tmp_path / "ckpt" / "query")
+        receipts(down)  # while it is down, with the sample that moves the job's clock past every deadline
+        sample = {
+            "broker_id": "b1",
+            "event_id": None,
+            "arrived_at": last + lateness_ms + 2 * period_ms,
+            "wait_ms": 0.0,
+            "service_ms": 1.0,
+            "queue_length": 0,
+        }
+        writer.send(prefix + BROKER_TELEMETRY_TOPIC, "b1", codec_for("BrokerSample").encode(sample))
+        assert writer.flush(60).failed == 0
+        second = JobProcess(args, tmp_path / "life2.log")
+        got = wait_for(report, 240, "the subscriber's report past every deadline")
+        assert second.alive(), second.text()[-3000:]
+    finally:
+        rc = second.stop() if second is not None else None
+        first.stop()
+
+    want = (len(before) + len(down)) / len(matching)
+    print(
+        f"\ninjected: kill -9 of the qos-job process group ({', '.join(injected['processes'])}) once it had read "
+        f"the subscription, 40 events and {len(before)} receipts ({injected['batches']} batches, batches "
+        f"{injected['uncommitted']} planned but not committed); {len(down)} receipts and a telemetry sample past "
+        f"every deadline written while it was down; the same command restarted"
+        f"\ncounted: {len(matching)} matching events, {len(before) + len(down)} receipts on time; the report for qa "
+        f"(window ending {got['window_end'] - epoch} ms after the first event) measured "
+        f"{got['measured_reliability']} (want {want}); restarted driver exit code on SIGTERM {rc}"
+    )
+    assert got["measured_reliability"] == want
+    assert "starting empty" not in second.text()
