@@ -31,7 +31,9 @@ from schemas.topics import (
     channel_spec,
     channel_topic,
 )
-from streaming.client import Subscriber, subscription_record
+from streaming.client import Publisher, Subscriber, subscription_record
+from streaming.matching_job import MatchingConfig
+from streaming.matching_job import run as run_matching
 from streaming.readers import read_topic
 from streaming.validation_job import ValidationConfig, read_stats, run
 
@@ -208,3 +210,25 @@ def test_validation_job_runs_with_the_jobs_profile(spark, secured, tmp_path: Pat
     events_letters = Counter(d["error_code"] for d in letters if d["source_topic"] == events and d["value"] != b"v")
     assert events_letters == produced.expected_errors
     assert read_stats(cfg.stats_file)[f"ok|{events}"] == produced.good
+
+
+def test_a_secured_subscriber_receives_its_events_through_the_matching_job(spark, secured, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """End to end with every client on its own profile: the publisher publishes, the matching job
+    (jobs: Spark's source and sink, the delivery stage's Python clients) matches and delivers, and
+    a subscriber's client (subscribed through its inbox and the gateway) reads its channel."""
+    publisher, jobs, alice = _conn(secured, "publisher"), _conn(secured, "jobs"), _conn(secured, ALICE)
+    with Subscriber(conn=alice, topic_prefix=PREFIX, subscriber_id="alice", inbox=True) as client:
+        sub = client.subscribe("secured_tag = 'alice'")
+        assert security.forward_subscriptions(jobs, PREFIX, idle_s=3.0)[0] >= 1
+        with Publisher(conn=publisher, topic_prefix=PREFIX, publisher_id="p-secured") as pub:
+            wanted = [pub.publish({"secured_tag": "alice", "n": i}) for i in range(10)]
+            for i in range(10):
+                pub.publish({"secured_tag": "bob", "n": i})
+        history = run_matching(
+            spark, MatchingConfig(conn=jobs, checkpoint=tmp_path / "ckpt", topic_prefix=PREFIX, available_now=True)
+        )
+        assert sum(b.events for b in history) >= 20
+        got = [e["event_id"] for e in sub.events(max_events=len(wanted), timeout_s=60)]
+    assert sorted(got) == sorted(wanted)
+    matched = {r.value["event_id"] for r in read_topic(jobs, PREFIX + MATCHES_TOPIC, "Match")}
+    assert set(wanted) <= matched
