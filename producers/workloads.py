@@ -508,9 +508,12 @@ class StocksWorkload(_Columnar):
 
     name = "stocks"
 
-    def __init__(self, rate_per_s: float = 1000.0, subscribers: int = 50, seed: int = 0) -> None:
+    def __init__(
+        self, rate_per_s: float = 1000.0, subscribers: int = 50, seed: int = 0, first_publisher: int = 0
+    ) -> None:
+        # first_publisher: publishers p<first_publisher> ... (the live demo keeps them apart from the overlay's)
         self.params = dict(rate_per_s=rate_per_s, subscribers=subscribers, seed=seed)
-        self._gen = EventGenerator(publishers=8, seed=seed)
+        self._gen = EventGenerator(publishers=8, seed=seed, first_publisher=first_publisher)
         self._rng = np.random.default_rng(seed + 1)
         self._clock = _Clock(self._rng, rate_per_s)
         rng = np.random.default_rng(seed)
