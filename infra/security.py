@@ -184,26 +184,25 @@ def forward_subscriptions(jobs_conn: KafkaConnection, prefix: str = "", idle_s: 
             last = now
             if msg.error() is not None:
                 continue
-            topic, key, value = msg.topic(), msg.key(), msg.value()
+            topic, key, value = str(msg.topic()), msg.key(), msg.value()
             owner = topic.removeprefix(prefix + INBOX_PREFIX)
             code, reason, record = checked(value, "Subscription", table=True)
             if code is None:
                 reason = ownership_error(owner, key, record)
                 code = None if reason is None else "not_owner"
             if code is None:
-                writer.send(prefix + SUBSCRIPTIONS_TOPIC, (key or b"").decode(), value)
+                writer.send(prefix + SUBSCRIPTIONS_TOPIC, key, value)
                 forwarded += 1
             else:
                 _, stamp = msg.timestamp()
-                dl_key, dl_value = dead_letter(
-                    topic, msg.partition(), msg.offset(), stamp * 1000, code, str(reason), key, value
-                )
+                where = (int(msg.partition() or 0), int(msg.offset() or 0))
+                dl_key, dl_value = dead_letter(topic, *where, stamp * 1000, code, str(reason), key, value)
                 writer.send(prefix + DEADLETTER_TOPIC, dl_key.decode(), dl_value)
                 rejected += 1
             report = writer.flush(30.0)
             if report.failed:
                 raise RuntimeError(f"the gateway could not write: {report.errors[-3:]}")
-            consumer.commit(msg, asynchronous=False)
+            consumer.commit(message=msg, asynchronous=False)
     finally:
         consumer.close()
     return forwarded, rejected
@@ -332,10 +331,18 @@ def apply_grants(admin_conn: KafkaConnection, grants: Iterable[Grant], timeout_s
 
 def add_users(admin_conn: KafkaConnection, users: dict[str, str], timeout_s: float = 30.0) -> None:
     """Create or update the SCRAM-SHA-512 credentials of ``users`` (name -> password)."""
-    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialAlteration,
+        UserScramCredentialUpsertion,
+    )
 
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
-    upserts = [UserScramCredentialUpsertion(name, info, password.encode()) for name, password in users.items()]
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(name, info, password.encode()) for name, password in users.items()
+    ]
     admin = AdminClient(admin_conn.confluent())
     for fut in admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s).values():
         fut.result(timeout_s)
