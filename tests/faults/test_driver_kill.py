@@ -133,8 +133,18 @@ def uncommitted(query_checkpoint: Path) -> list[int]:
     return sorted(ids["offsets"] - ids["commits"])
 
 
-def connection_flags(conn: KafkaConnection, prefix: str, home: Path) -> list[str]:
-    return ["--bootstrap-servers", conn.bootstrap_servers, "--topic-prefix", prefix, "--home", str(home)]
+def job_command(job: str, conn: KafkaConnection, prefix: str, folder: Path, *options: str) -> list[str]:
+    """``siftstream JOB``'s arguments: the cluster, the topic prefix, and its home, checkpoint
+    (``folder/ckpt``) and stats file (``folder/stats.jsonl``) under ``folder``; then ``options``."""
+    paths = [
+        "--home",
+        str(folder / "home"),
+        "--checkpoint",
+        str(folder / "ckpt"),
+        "--stats",
+        str(folder / "stats.jsonl"),
+    ]
+    return [job, "--bootstrap-servers", conn.bootstrap_servers, "--topic-prefix", prefix, *paths, *options]
 
 
 def test_the_matching_job_survives_its_driver_killed(
@@ -162,17 +172,7 @@ def test_the_matching_job_survives_its_driver_killed(
         assert report.failed == 0, report.errors
 
     stats = tmp_path / "stats.jsonl"
-    args = [
-        "match-job",
-        *connection_flags(conn, prefix, tmp_path / "home"),
-        "--checkpoint",
-        str(tmp_path / "ckpt"),
-        "--stats",
-        str(stats),
-        "--max-offsets-per-trigger",
-        "150",
-        "--no-delivery",
-    ]
+    args = job_command("match-job", conn, prefix, tmp_path, "--max-offsets-per-trigger", "150", "--no-delivery")
     first = JobProcess(args, tmp_path / "life1.log")
     injected: dict[str, Any] = {}
     second: JobProcess | None = None
@@ -278,13 +278,11 @@ def test_the_channels_job_keeps_its_assignment_version_across_a_driver_kill(
         assert writer.flush(60).failed == 0
 
     stats = tmp_path / "stats.jsonl"
-    args = [
+    args = job_command(
         "channels-job",
-        *connection_flags(conn, prefix, tmp_path / "home"),
-        "--checkpoint",
-        str(tmp_path / "ckpt"),
-        "--stats",
-        str(stats),
+        conn,
+        prefix,
+        tmp_path,
         "--trigger-interval",
         "1 second",
         "--k",
@@ -295,7 +293,7 @@ def test_the_channels_job_keeps_its_assignment_version_across_a_driver_kill(
         "10",
         "--method",
         "spectral-ncut",
-    ]
+    )
     publish(list(groups.values()), 200, 1_760_000_000_000, "e")
     first = JobProcess(args, tmp_path / "life1.log")
     second: JobProcess | None = None
@@ -403,18 +401,7 @@ def test_the_composites_job_completes_a_pattern_across_a_driver_kill(
         return out
 
     stats = tmp_path / "stats.jsonl"
-    args = [
-        "composites-job",
-        *connection_flags(conn, prefix, tmp_path / "home"),
-        "--checkpoint",
-        str(tmp_path / "ckpt"),
-        "--stats",
-        str(stats),
-        "--trigger-interval",
-        "1 second",
-        "--lateness-s",
-        "1",
-    ]
+    args = job_command("composites-job", conn, prefix, tmp_path, "--trigger-interval", "1 second", "--lateness-s", "1")
     first_half = publish(0, 10)
     first = JobProcess(args, tmp_path / "life1.log")
     second: JobProcess | None = None
@@ -522,20 +509,18 @@ def test_the_qos_job_keeps_its_windows_across_a_driver_kill(
 
     receipts(before)
     stats = tmp_path / "stats.jsonl"
-    args = [
+    args = job_command(
         "qos-job",
-        *connection_flags(conn, prefix, tmp_path / "home"),
-        "--checkpoint",
-        str(tmp_path / "ckpt"),
-        "--stats",
-        str(stats),
+        conn,
+        prefix,
+        tmp_path,
         "--trigger-interval",
         "1 second",
         "--update-period-s",
         str(period_ms / 1000),
         "--lateness-s",
         str(lateness_ms / 1000),
-    ]
+    )
 
     def read(topic: str) -> int:
         return sum(b["records"].get(topic, 0) for b in stats_lines(stats))
