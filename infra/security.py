@@ -34,6 +34,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -145,12 +146,15 @@ def ownership_error(owner: str, key: bytes | None, record: dict[str, Any] | None
     return None
 
 
-def forward_subscriptions(jobs_conn: KafkaConnection, prefix: str = "", idle_s: float = 5.0) -> tuple[int, int]:
+def forward_subscriptions(
+    jobs_conn: KafkaConnection, prefix: str = "", idle_s: float = 5.0, follow: bool = False
+) -> tuple[int, int]:
     """The subscription gateway: copy every inbox's records that :func:`ownership_error` passes
     and that are valid ``Subscription`` records (or tombstones) to the subscriptions table, and
     dead-letter the rest (``error_code`` ``not_owner`` or the validator's); return (forwarded,
     dead-lettered). Runs as ``jobs`` (the only writer of the table) until no record came for
-    ``idle_s`` after it joined; it commits its offsets (group ``siftstream-gateway``), so a rerun goes on from there."""
+    ``idle_s`` after it joined (with ``follow``, until interrupted); it commits each record's
+    offset once handled (group ``siftstream-gateway``), so a rerun goes on from there."""
     import re
 
     from confluent_kafka import Consumer
@@ -178,7 +182,7 @@ def forward_subscriptions(jobs_conn: KafkaConnection, prefix: str = "", idle_s: 
             msg = consumer.poll(0.5)
             now = time.monotonic()
             if msg is None:  # idle: stop once the group gave it the inboxes (or after a minute without)
-                if now - last > idle_s and (consumer.assignment() or now - start > 60):
+                if not follow and now - last > idle_s and (consumer.assignment() or now - start > 60):
                     break
                 continue
             last = now
@@ -532,6 +536,10 @@ def up(
     return f"{line}; users {', '.join(roles)} with {count} ACLs; profiles in {cfg.home / 'profiles'}"
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m infra.security up|down|grant|gateway``: the secured local broker (docs/guide/security.md)."""
     parser = argparse.ArgumentParser(prog="python -m infra.security", description=__doc__.split("\n")[0])
@@ -542,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic-prefix", default="")
     parser.add_argument("--role", action="append", default=[], help="grant: a role (subscriber-<id> too)")
     parser.add_argument("--channel", type=int, action="append", default=[], help="grant: a subscriber's channel")
+    parser.add_argument("--follow", action="store_true", help="gateway: keep forwarding until Ctrl-C")
     args = parser.parse_args(argv)
     cfg = kafka.BrokerConfig(home=args.home.resolve(), port=args.port, controller_port=args.controller_port)
     if args.action == "down":
@@ -552,7 +561,11 @@ def main(argv: list[str] | None = None) -> int:
         print(up(cfg, ensure_jars(), prefix=args.topic_prefix))
     elif args.action == "gateway":
         jobs = SecureHome(cfg.home).connection(cfg.bootstrap, "jobs")
-        forwarded, rejected = forward_subscriptions(jobs, args.topic_prefix)
+        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop ends it as Ctrl-C does
+        try:
+            forwarded, rejected = forward_subscriptions(jobs, args.topic_prefix, follow=args.follow)
+        except KeyboardInterrupt:  # --follow ends here; every record handled was committed
+            return 130
         print(f"subscription gateway: {forwarded} forwarded, {rejected} dead-lettered (not the owner's or invalid)")
     else:
         sec = SecureHome(cfg.home)
