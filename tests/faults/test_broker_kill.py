@@ -124,6 +124,10 @@ def test_matching_survives_a_broker_killed_mid_run(
     query, handler = build_query(spark, cfg, quiet=True)
     injected: dict[str, Any] = {}
     try:
+        # events only once the table holds every subscription: maxOffsetsPerTrigger spreads the
+        # subscription records over several batches, and an event is matched against the table of
+        # its own batch (the job's order), not against subscriptions of later batches
+        _wait(lambda: any(b.subscriptions == len(FILTERS) for b in handler.history), 120, "every subscription")
         publisher.go["before"].set()
         # kill only once the job is really running: a batch with events is done
         _wait(lambda: any(b.events for b in handler.history), 120, "the matching job's first batch")
