@@ -55,6 +55,7 @@ from infra import kafka
 from infra.jars import ensure_jars
 from producers.columns import EventColumns
 from producers.sinks import KafkaSink
+from routing.monitors.channels import JOB_METHOD
 from schemas.topics import CHANNELS_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, channel_topic
 
 _HEAD = 10  # single-object header: marker (2 bytes) + fingerprint (8)
@@ -316,7 +317,7 @@ def main() -> int:
     )
     ap.add_argument("--clients", type=int, default=4, help="real Subscriber clients beside the reader")
     ap.add_argument(
-        "--method", default="spectral-ncut", help="channels job: re-clustering method (default: the job's, %(default)s)"
+        "--method", default=JOB_METHOD, help="channels job: re-clustering method (default: the job's, %(default)s)"
     )
     ap.add_argument("--quick", action="store_true", help="5k subscriptions, 2,000 events/s for 15 s")
     ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting a broker")
