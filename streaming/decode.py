@@ -8,8 +8,8 @@ both twins over the same generated records.
 
 Error classes, in the order they are tested: ``bad_framing`` (null value on a non-table topic,
 too short, or no C3 01 marker), ``unknown_schema`` (a fingerprint that is not a version of the
-topic's schema), ``malformed_body`` (the Avro body does not decode; like Avro's own readers,
-bytes after a complete record are ignored),
+topic's schema), ``malformed_body`` (the Avro body does not decode, or a string in it is not valid UTF-8; like
+Avro's own readers, bytes after a complete record are ignored),
 ``invalid_value`` (a rule of ``schemas.rules`` is broken).
 """
 
@@ -62,6 +62,36 @@ def _required_fields(codec: Codec) -> list[str]:
         return isinstance(t, list) and "null" in t
 
     return [f["name"] for f in codec.schema["fields"] if not nullable(f["type"])]
+
+
+def _texts(t: Any, col: Column) -> list[Column]:
+    """The strings of a value of Avro type ``t`` at ``col``: each string, and each array's or map's
+    strings joined by an ASCII separator (a joined text is valid UTF-8 exactly when every part
+    is: a cut sequence cannot be completed across an ASCII byte)."""
+    if isinstance(t, list):
+        members = [m for m in t if m != "null"]
+        return _texts(members[0], col) if len(members) == 1 else []
+    if t == "string":
+        return [col]
+    if isinstance(t, dict):
+        if t["type"] == "record":
+            return [c for f in t["fields"] for c in _texts(f["type"], col[f["name"]])]
+        if t["type"] == "array" and t["items"] == "string":
+            return [F.array_join(col, "\u0001")]
+        if t["type"] == "map":
+            keys = [F.array_join(F.map_keys(col), "\u0001")]
+            return keys + ([F.array_join(F.map_values(col), "\u0001")] if t["values"] == "string" else [])
+    return []
+
+
+def _bad_text(codec: Codec, rec: Column) -> Column | None:
+    """Whether some string of the decoded record is not valid UTF-8 (never null), or None when the
+    record has no strings. ``from_avro`` keeps a string's bytes as they are, where the Python
+    twin's reader (and every Avro reader that makes text) refuses them: such a body is malformed."""
+    texts = _texts(codec.schema, rec)
+    if not texts:
+        return None
+    return reduce(lambda x, y: x | y, (~F.coalesce(F.is_valid_utf8(c), F.lit(True)) for c in texts))
 
 
 def _field(rec: Column, path: str) -> Column:
@@ -187,6 +217,9 @@ def _verdict(spec: TopicSpec, rec: Column) -> Column:
     known = [v.header for v in versions_of(name)]
     other = {v.header: v.name for n in schema_files() if n != name for v in versions_of(n)}
     malformed = reduce(lambda x, y: x | y, (rec[f].isNull() for f in _required_fields(codec)))
+    bad_text = _bad_text(codec, rec)
+    if bad_text is not None:
+        malformed = malformed | bad_text
     any_bad, reasons = _checks(name, rec)
 
     def out(code: str | None, text: Column | str | None) -> Column:
