@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup jars run serve package test test-unit bench lint clean down
+.PHONY: setup jars run serve package test test-unit bench fuzz lint clean down
 
 setup: $(STAMP)
 
@@ -55,6 +55,10 @@ bench: jars
 	$(BIN)/python bench/qos_job.py
 	$(BIN)/python bench/distribution.py
 	$(BIN)/python bench/placement.py
+
+## the fuzz targets, a million inputs in all (docs/guide/fuzzing.md; coverage-guided with .[fuzz] installed)
+fuzz: setup
+	$(BIN)/python bench/fuzz.py --all --runs 125000
 
 lint: setup
 	$(BIN)/ruff check .

@@ -38,6 +38,10 @@ def _child(target: str, argv: list[str]) -> None:
     """Run atheris over one target in this process (libFuzzer exits the process when done)."""
     import atheris
 
+    # numba compiles schemas.columnar's kernels from their bytecode, which instrumented bytecode
+    # breaks: it is imported (and so left uninstrumented) first
+    import schemas.columnar  # noqa: F401
+
     with atheris.instrument_imports(include=["routing", "schemas", "tests.fuzz"]):
         from tests.fuzz.targets import TARGETS
 
