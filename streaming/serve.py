@@ -50,7 +50,17 @@ if TYPE_CHECKING:
 
     from streaming.metrics import JobMetrics
 
-__all__ = ["FEEDS", "Backoff", "JobRun", "ServeConfig", "Supervisor", "job_offsets", "serve", "start_http"]
+__all__ = [
+    "FEEDS",
+    "Backoff",
+    "JobRun",
+    "ServeConfig",
+    "Supervisor",
+    "job_config",
+    "job_offsets",
+    "serve",
+    "start_http",
+]
 
 FEEDS = ("stocks", "sensors", "overlay", "clients")
 """The demo's live feeds (:mod:`streaming.feeds`), one child process each."""
@@ -108,6 +118,9 @@ class ServeConfig:
     dashboard : bool
         Serve the live dashboard at ``/`` (its feed reads the output topics in this process);
         without it, ``/metrics`` and ``/healthz`` only.
+    max_offsets_per_trigger : int, optional
+        Every query's cap on the records one micro-batch reads (Spark's ``maxOffsetsPerTrigger``):
+        a backlog is worked off in bounded batches instead of one huge one.
     """
 
     conn: KafkaConnection
@@ -129,6 +142,7 @@ class ServeConfig:
     backoff: Backoff = field(default_factory=Backoff)
     quiet: bool = True
     kafka_config: str | None = None
+    max_offsets_per_trigger: int | None = None
 
     def checkpoint(self, job: str) -> Path:
         return self.checkpoint_dir / f"{job}{self.topic_prefix}"
@@ -154,52 +168,71 @@ class JobRun:
     started: float = field(default_factory=time.monotonic)
 
 
-def _start_job(spark: SparkSession, cfg: ServeConfig, job: str) -> JobRun:
-    """Build the job's configuration as its single-job command does (that command's defaults) and
-    start its queries in scheduler pool ``job``."""
+def job_config(cfg: ServeConfig, job: str) -> Any:
+    """The job's configuration as its single-job command builds it (that command's defaults), with
+    serve's connection, checkpoint, prefix, trigger, stats file and ``max_offsets_per_trigger``.
+
+    >>> from pathlib import Path
+    >>> cfg = ServeConfig(KafkaConnection("h:1"), Path("c"), Path("s"), max_offsets_per_trigger=500)
+    >>> job_config(cfg, "routes").max_offsets_per_trigger
+    500
+    """
     common: dict[str, Any] = {
         "conn": cfg.conn,
         "checkpoint": cfg.checkpoint(job),
         "topic_prefix": cfg.topic_prefix,
         "trigger_interval": cfg.trigger_interval,
         "stats_file": cfg.stats_file(job),
+        "max_offsets_per_trigger": cfg.max_offsets_per_trigger,
     }
+    if job == "validation":
+        from streaming.validation_job import ValidationConfig
+
+        return ValidationConfig(**common)
+    if job == "matching":
+        from streaming.matching_job import MatchingConfig
+
+        return MatchingConfig(deliver=True, **common)
+    if job == "channels":
+        from streaming.channels_job import ChannelsConfig
+
+        return ChannelsConfig(**common)  # the job's default method (auto)
+    if job == "qos":
+        from streaming.qos_job import QosConfig
+
+        return QosConfig(**common)
+    if job == "routes":
+        from streaming.routes_job import RoutesConfig
+
+        return RoutesConfig(**common)
+    if job == "composites":
+        from streaming.composites_job import CompositesConfig
+
+        return CompositesConfig(**common)
+    raise ValueError(f"unknown job {job!r}; the jobs are {', '.join(JOBS)}")
+
+
+def _start_job(spark: SparkSession, cfg: ServeConfig, job: str) -> JobRun:
+    """Start the job's queries (configured by :func:`job_config`) in scheduler pool ``job``."""
+    job_cfg = job_config(cfg, job)
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", job)
     try:
         if job == "validation":
-            from streaming.validation_job import ValidationConfig, build_queries
+            from streaming.validation_job import build_queries
 
-            queries = build_queries(spark, ValidationConfig(**common))
+            queries = build_queries(spark, job_cfg)
             return JobRun(job, {q.name: q for q in queries})
-        if job == "matching":
-            from streaming.matching_job import MatchingConfig
-            from streaming.matching_job import build_query as build_matching
-
-            query, handler = build_matching(spark, MatchingConfig(deliver=True, **common), quiet=cfg.quiet)
-            return JobRun(job, {"query": query}, handler)
         builder: Callable[..., Any]
-        if job == "channels":
-            from streaming.channels_job import ChannelsConfig
+        if job == "matching":
+            from streaming.matching_job import build_query as builder
+        elif job == "channels":
             from streaming.channels_job import build_query as builder
-
-            job_cfg: Any = ChannelsConfig(**common)  # the job's default method (auto)
         elif job == "qos":
-            from streaming.qos_job import QosConfig
             from streaming.qos_job import build_query as builder
-
-            job_cfg = QosConfig(**common)
         elif job == "routes":
-            from streaming.routes_job import RoutesConfig
             from streaming.routes_job import build_query as builder
-
-            job_cfg = RoutesConfig(**common)
-        elif job == "composites":
-            from streaming.composites_job import CompositesConfig
-            from streaming.composites_job import build_query as builder
-
-            job_cfg = CompositesConfig(**common)
         else:
-            raise ValueError(f"unknown job {job!r}; the jobs are {', '.join(JOBS)}")
+            from streaming.composites_job import build_query as builder
         query, handler = builder(spark, job_cfg, quiet=cfg.quiet)
         return JobRun(job, {"query": query}, handler)
     finally:

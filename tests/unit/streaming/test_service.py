@@ -14,7 +14,7 @@ from rich.console import Console
 
 from infra.connection import KafkaConnection
 from streaming.metrics import JobMetrics, committed_offsets, lag_records
-from streaming.serve import Backoff, JobRun, ServeConfig, Supervisor
+from streaming.serve import Backoff, JobRun, ServeConfig, Supervisor, job_config
 from streaming.status import (
     EXIT_HEALTHY,
     EXIT_UNHEALTHY,
@@ -71,6 +71,17 @@ def test_job_status_sums_lag_over_queries_and_counts_an_uncommitted_validation_t
     assert status.lag_records == 5 + 7  # 5 behind on events; the subscriptions query never committed
     qos = job_status("qos", dirs["qos"], ends)
     assert (qos.committed, qos.lag_records) == (0, 25 + 7)  # no batch yet: behind by all of its inputs
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_serve_gives_every_job_its_max_offsets_per_trigger(job: str, tmp_path: Path) -> None:
+    """Each job serve runs reads at most --max-offsets-per-trigger records per micro-batch (a
+    backlog after an overload is worked off in bounded batches), and none is capped without it."""
+    conn = KafkaConnection("127.0.0.1:9")
+    capped = job_config(ServeConfig(conn, tmp_path, tmp_path, topic_prefix="p.", max_offsets_per_trigger=1234), job)
+    assert capped.max_offsets_per_trigger == 1234
+    assert (capped.checkpoint, capped.topic_prefix) == (tmp_path / f"{job}p.", "p.")
+    assert job_config(ServeConfig(conn, tmp_path, tmp_path), job).max_offsets_per_trigger is None
 
 
 @pytest.mark.parametrize("job", [j for j in JOBS if j not in ("validation", "matching")])
