@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+from scipy import sparse
 
 __all__ = ["MAX_ITERATIONS", "RESTARTS", "kmeans", "kmeans_weighted", "within_ss"]
 
@@ -123,15 +124,22 @@ Weights = npt.NDArray[np.int64]
 
 def _nearest_gram(x: Points, centres: Points) -> Labels:
     """Each point's nearest centre (the lowest-numbered on a tie) by ||c||² − 2 x·c, one matrix product."""
-    scores = (centres * centres).sum(axis=1)[None, :] - 2.0 * (x @ centres.T)
+    scores = x @ centres.T
+    scores *= -2.0  # in place: ||c||² + (−2 x·c) is ||c||² − 2 x·c bit for bit (scaling by 2 is exact)
+    scores += (centres * centres).sum(axis=1)[None, :]
     return np.asarray(np.argmin(scores, axis=1), dtype=np.int64)
 
 
 def _weighted_means(wx: Points, mass_of: Points, labels: Labels, centres: Points) -> Points:
-    """Per cluster Σ w x / Σ w (``wx`` = w x per point); a cluster without points keeps its centre."""
-    k, dims = centres.shape
-    flat = (labels[:, None] * dims + np.arange(dims)[None, :]).ravel()
-    sums = np.bincount(flat, weights=wx.ravel(), minlength=k * dims).reshape(k, dims)
+    """Per cluster Σ w x / Σ w (``wx`` = w x per point); a cluster without points keeps its centre.
+
+    The sums are one product with the K x n membership matrix in column form, which adds each
+    cluster's rows in point order, as ``np.bincount`` over the flattened rows does (the same floats,
+    bit for bit; a test compares them), in about a third of its time."""
+    k = len(centres)
+    n = len(labels)
+    member = sparse.csc_matrix((np.ones(n), labels, np.arange(n + 1)), shape=(k, n))
+    sums = np.asarray(member @ wx)
     mass = np.bincount(labels, weights=mass_of, minlength=k)
     return np.where(mass[:, None] > 0, sums / np.where(mass > 0, mass, 1.0)[:, None], centres)
 

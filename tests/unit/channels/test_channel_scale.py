@@ -15,7 +15,7 @@ from scipy import sparse
 
 from routing.channels import ChannelUnions, jaccard, jaccard_by_sets, join_isolated, plan_metrics, planner, recluster
 from routing.channels import methods as channel_methods
-from routing.channels.kmeans import kmeans, kmeans_weighted, within_ss
+from routing.channels.kmeans import _weighted_means, kmeans, kmeans_weighted, within_ss
 from routing.channels.methods import (
     _ncut_embedding_weighted,
     approx,
@@ -106,6 +106,22 @@ def test_weighted_kmeans_is_kmeans_on_the_copies(seed: int) -> None:
     plain = kmeans(copies, 3, seed)
     assert _canonical(weighted) == _canonical(plain)
     assert within_ss(copies, weighted, 3) == pytest.approx(within_ss(copies, plain, 3))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_weighted_means_add_in_bincount_order(seed: int) -> None:
+    """The membership-matrix sums are bincount's floats bit for bit, so the fast means change no plan."""
+    rng = np.random.default_rng(seed)
+    n, dims, k = int(rng.integers(1, 3000)), int(rng.integers(1, 40)), int(rng.integers(1, 40))
+    w = rng.integers(1, 9, size=n).astype(np.float64)
+    wx = w[:, None] * rng.normal(scale=rng.uniform(0.01, 100), size=(n, dims))
+    labels = rng.integers(0, k, size=n).astype(np.int64)
+    centres = rng.normal(size=(k, dims))
+    flat = (labels[:, None] * dims + np.arange(dims)[None, :]).ravel()
+    sums = np.bincount(flat, weights=wx.ravel(), minlength=k * dims).reshape(k, dims)
+    mass = np.bincount(labels, weights=w, minlength=k)
+    expected = np.where(mass[:, None] > 0, sums / np.where(mass > 0, mass, 1.0)[:, None], centres)
+    assert np.array_equal(_weighted_means(wx, w, labels, centres), expected)
 
 
 def _full_normalised(hits: np.ndarray, psi: int, sigma: float | None) -> tuple[np.ndarray, np.ndarray]:
