@@ -4,7 +4,7 @@ Targets (``tests.fuzz.targets.TARGETS``): ``avro`` (framed Avro values), ``telem
 QoS job's columnar LinkSample/BrokerSample checker against ``schemas.rules.classify``),
 ``filter`` (``parse_filter``/``validate_filter``), ``composite`` (``parse_composite``) and the
 offline commands' JSON readers ``plan-instance``, ``channels-instance``, ``placement-instance``
-and ``qos-system``.
+and ``qos-system``, and ``plan-document`` (the plan that ``plan check`` reads).
 
 Engines: ``atheris`` (coverage-guided, libFuzzer; ``pip install -e .[fuzz]``), the default where
 it imports: each target runs in its own process over ``--runs`` inputs, seeded from a corpus the
@@ -15,7 +15,7 @@ mutations of the seeds, ``tests.fuzz.targets.mutate_bytes``) where atheris is no
 
 Prints, per target: inputs run, coverage edges and features (atheris), crashes, seconds.
 
-Run: ``.venv/bin/python bench/fuzz.py --all --runs 125000`` (a million inputs over the eight
+Run: ``.venv/bin/python bench/fuzz.py --all --runs 125000`` (a million inputs over the nine
 targets), ``--target filter --runs 10000``, ``--quick`` for a smoke run (2,000 per target).
 Readings: docs/results/fuzzing.md.
 """

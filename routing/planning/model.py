@@ -50,6 +50,7 @@ lists its transmissions and generations sorted and without repeats.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -499,13 +500,47 @@ class Plan:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Plan:
-        """Read docs/reference/distribution.md's output document (for checking a plan made elsewhere)."""
-        if not doc.get("feasible"):
-            return cls(False, str(doc.get("method", "")), reasons=tuple(map(str, doc.get("reasons", []))))
-        trans = tuple(sorted((str(t["from"]), str(t["to"]), str(t["event"])) for t in doc.get("transmissions", [])))
-        gens = tuple(sorted((str(g["node"]), str(g["event"])) for g in doc.get("generated", [])))
-        cost = doc.get("cost")
-        return cls(True, str(doc.get("method", "")), None if cost is None else float(cost), trans, gens)
+        """Read docs/reference/distribution.md's output document (for checking a plan made elsewhere).
+
+        Raises
+        ------
+        InstanceError
+            When the document is not an object, ``feasible`` is not a boolean, a transmission or
+            generation is not an object with non-empty string ids, ``reasons`` is not a list, or
+            ``cost`` is present and not a finite number; the message names the item.
+        """
+        if not isinstance(doc, Mapping):
+            raise InstanceError(f"a plan is a JSON object with feasible, cost, transmissions (got {_kind(doc)})")
+        feasible = doc.get("feasible")
+        if not isinstance(feasible, bool):
+            raise InstanceError(f"a plan's 'feasible' must be true or false (got {feasible!r})")
+        method = doc.get("method", "")
+        if not isinstance(method, str):
+            raise InstanceError(f"a plan's 'method' must be a string (got {method!r})")
+        if not feasible:
+            reasons = doc.get("reasons", [])
+            if not isinstance(reasons, list):
+                raise InstanceError(f"an infeasible plan's 'reasons' must be a list (got {_kind(reasons)})")
+            return cls(False, method, reasons=tuple(map(str, reasons)))
+        note = "a feasible plan has cost, method, transmissions and generated"
+        trans = tuple(
+            sorted(
+                (
+                    _text(t, "from", f"transmissions[{i}]"),
+                    _text(t, "to", f"transmissions[{i}]"),
+                    _text(t, "event", f"transmissions[{i}]"),
+                )
+                for i, t in enumerate(jsondoc.items(doc, "transmissions", InstanceError, note, required=False))
+            )
+        )
+        gens = tuple(
+            sorted(
+                (_text(g, "node", f"generated[{i}]"), _text(g, "event", f"generated[{i}]"))
+                for i, g in enumerate(jsondoc.items(doc, "generated", InstanceError, note, required=False))
+            )
+        )
+        cost = None if doc.get("cost") is None else jsondoc.number(doc, "cost", "plan", InstanceError, -math.inf)
+        return cls(True, method, cost, trans, gens)
 
 
 def infeasible_plan(instance: Instance, method: str) -> Plan | None:

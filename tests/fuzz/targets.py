@@ -36,7 +36,7 @@ from routing.channels.instance import ChannelError, ChannelInstance
 from routing.composite.placement import PlacementError, PlacementInstance
 from routing.composite.trees import CompositeError, parse_composite
 from routing.matching.language import FilterError, parse_filter, validate_filter
-from routing.planning.model import Instance, InstanceError
+from routing.planning.model import Instance, InstanceError, Plan
 from routing.reliability.prediction import compile_prediction
 from schemas.codec import DecodeError, codec_for, decode
 from schemas.columnar import T_STRING, FlatDecoder
@@ -372,6 +372,39 @@ def _instance_seeds(name: str) -> Callable[[], list[bytes]]:
     return lambda: [json.dumps(_INSTANCES[name]).encode()]
 
 
+_PLANS: list[dict[str, Any]] = [
+    {
+        "feasible": True,
+        "cost": 7.5,
+        "method": "exact",
+        "transmissions": [{"from": "p1", "to": "b1", "event": "e1"}, {"from": "b1", "to": "s1", "event": "e3"}],
+        "generated": [{"node": "b1", "event": "e3"}],
+    },
+    {"feasible": False, "reasons": ["e2 has no publisher"]},
+]
+
+
+def check_plan_document(data: bytes) -> None:
+    """``plan check``'s plan reader: ``InstanceError`` or a plan that reads back equal from its output."""
+    doc = _document(data, _PLANS)
+    try:
+        plan = Plan.from_json(doc)
+    except InstanceError:
+        return
+    again = Plan.from_json(plan.to_json())
+    assert (again.feasible, again.cost, again.transmissions, again.generated, again.reasons) == (
+        plan.feasible,
+        plan.cost,
+        plan.transmissions,
+        plan.generated,
+        plan.reasons,
+    ), (plan, again)
+
+
+def _plan_seeds() -> list[bytes]:
+    return [json.dumps(p).encode() for p in _PLANS]
+
+
 TARGETS: dict[str, tuple[Callable[[bytes], None], Callable[[], list[bytes]]]] = {
     "avro": (check_avro, _avro_seeds),
     "telemetry": (check_telemetry, _telemetry_seeds),
@@ -387,5 +420,6 @@ TARGETS: dict[str, tuple[Callable[[bytes], None], Callable[[], list[bytes]]]] = 
         _instance_seeds("placement"),
     ),
     "qos-system": (_reader(compile_prediction, ValueError, [_INSTANCES["qos"]]), _instance_seeds("qos")),
+    "plan-document": (check_plan_document, _plan_seeds),
 }
 """Target name -> (check taking bytes, seeds giving valid inputs)."""

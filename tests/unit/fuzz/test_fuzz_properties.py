@@ -109,7 +109,7 @@ def test_placement_reader_mutated(doc: dict[str, Any], script: bytes) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.sampled_from(("plan-instance", "channels-instance", "qos-system")), st.binary(max_size=12))
+@given(st.sampled_from(("plan-instance", "channels-instance", "qos-system", "plan-document")), st.binary(max_size=12))
 def test_instance_readers_mutated(name: str, script: bytes) -> None:
     check, seeds = TARGETS[name]
     doc = json.loads(seeds()[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -269,3 +270,26 @@ def test_plans_read_back_from_json_pass_the_checker() -> None:
     instance = chen_instance(seed=3)
     plan = plan_exact(instance)
     assert check_plan(instance, Plan.from_json(plan.to_json())).ok
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        ([], "a plan is a JSON object"),
+        ({"cost": 3}, "'feasible' must be true or false"),
+        ({"feasible": "yes"}, "'feasible' must be true or false"),
+        ({"feasible": True, "transmissions": [1]}, "transmissions[0] must be an object"),
+        ({"feasible": True, "transmissions": [{"from": "a", "to": "b"}]}, "transmissions[0]: 'event'"),
+        ({"feasible": True, "transmissions": {"from": "a"}}, "transmissions must be a list"),
+        ({"feasible": True, "generated": [{"node": 5, "event": "e"}]}, "generated[0]: 'node'"),
+        ({"feasible": True, "cost": "12"}, "'cost' must be a finite number"),
+        ({"feasible": True, "cost": float("nan")}, "'cost' must be a finite number"),
+        ({"feasible": True, "method": 3}, "'method' must be a string"),
+        ({"feasible": False, "reasons": "none"}, "'reasons' must be a list"),
+    ],
+)
+def test_a_malformed_plan_document_is_a_clear_error(doc: Any, says: str) -> None:
+    from routing.planning.model import InstanceError
+
+    with pytest.raises(InstanceError, match=re.escape(says)):
+        Plan.from_json(doc)
