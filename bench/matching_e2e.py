@@ -28,6 +28,9 @@ subscriptions (default 100,000):
    ``Match`` record and takes its Kafka timestamp (set when Spark's producer sent it) minus the
    event's ``published_at``. p50 and p99 are over events published after ``--warmup`` s (the
    steady state); the same for the events published before that (start-up) is printed too.
+   ``--modes exact,direct`` runs this phase once per mode of the matching job, one after the
+   other on fresh topics: ``exact`` (the default) and ``direct`` (``streaming.matching_direct``,
+   without delivery; docs/decisions/direct-matching.md).
 5. **Oracle.** ``BruteForceIndex`` over the same subscriptions is timed on a few events and its
    answers compared with the job's ``Match`` records for those events.
 
@@ -36,7 +39,9 @@ Output volume matters: every valid event gets one ``Match`` record naming every 
 the estimated bytes/s the job writes.
 
 Run: ``.venv/bin/python bench/matching_e2e.py [--subscriptions 100000] [--decays 0.78,0.88]
-[--events N] [--per-batch 100000] [--rate 10000] [--seconds 90] [--warmup 30] [--quick]``.
+[--events N] [--per-batch 100000] [--rate 10000] [--seconds 90] [--warmup 30] [--modes exact,direct]
+[--quick]``; the latency of both modes alone: ``--decays 0.88 --skip throughput,ceiling,oracle --modes
+exact,direct``.
 Readings and their history: docs/results/matching.md.
 """
 
@@ -319,17 +324,43 @@ def bench_throughput(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args
     return out
 
 
-def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: argparse.Namespace) -> dict:
-    from streaming.matching_job import MatchingConfig, build_query
+def bench_latency(
+    spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: argparse.Namespace, mode: str = "exact"
+) -> dict:
+    """The latency phase (module docstring, 4.) with the matching job in ``mode``: ``exact``
+    (``streaming.matching_job``) or ``direct`` (``streaming.matching_direct``, no delivery)."""
+    from streaming import matching_direct
+    from streaming.matching_job import BatchStats, MatchingConfig, build_query
 
     prefix = new_topics(conn)
     load_subscriptions(conn, prefix, w)
     ckpt = Path(tempfile.mkdtemp(prefix="latency-", dir=args.workdir))
-    cfg = MatchingConfig(conn=conn, checkpoint=ckpt, topic_prefix=prefix)
-    query, handler = build_query(spark, cfg, quiet=not args.verbose)
+    history: list[BatchStats] = []  # the exact mode's micro-batches
+    if mode == "direct":
+        cfg = MatchingConfig(conn=conn, checkpoint=ckpt, topic_prefix=prefix, deliver=False)
+        direct = matching_direct.build_queries(spark, cfg)
+        query, stop = direct.matching, direct.stop
+
+        def loaded(n: int) -> bool:  # the rejections query has judged them (the workers load on first use)
+            return direct.handler.records >= n
+
+        def matched() -> int:
+            return direct.events()
+
+    else:
+        cfg = MatchingConfig(conn=conn, checkpoint=ckpt, topic_prefix=prefix)
+        query, handler = build_query(spark, cfg, quiet=not args.verbose)
+        stop, history = query.stop, handler.history
+
+        def loaded(n: int) -> bool:
+            return bool(history and history[-1].subscriptions >= n)
+
+        def matched() -> int:
+            return sum(b.events for b in history)
+
     try:
         deadline = time.monotonic() + 900
-        while not (handler.history and handler.history[-1].subscriptions >= len(w.sub_matrix)):
+        while not loaded(len(w.sub_matrix)):
             if not query.isActive or time.monotonic() > deadline:
                 raise RuntimeError(f"the job did not load the subscriptions: {query.exception()}")
             time.sleep(0.5)
@@ -341,11 +372,11 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
         sink = KafkaSink(conn, prefix)
         sink.events(EventColumns.from_records(warm))
         sink.close()
-        while sum(b.events for b in handler.history) < len(warm):
+        while matched() < len(warm):
             if not query.isActive or time.monotonic() > deadline:
                 raise RuntimeError(f"the job did not match the warm-up events: {query.exception()}")
             time.sleep(0.5)
-        warmup_batches = len(handler.history)
+        warmup_batches = len(history)
         ctx = multiprocessing.get_context("spawn")
         expected = int(args.rate * args.seconds)
         samples = args.oracle_events
@@ -369,12 +400,12 @@ def bench_latency(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: a
             sent = producer.result()
             got = consumer.result()
     finally:
-        query.stop()
+        stop()
     start_ms = min(p for p, _ in got["published_latency"]) if got["published_latency"] else 0
     cut = start_ms + args.warmup * 1000
     lat = np.array([lat for p, lat in got["published_latency"] if p >= cut], dtype=float)
     early = np.array([lat for p, lat in got["published_latency"] if p < cut], dtype=float)
-    batches = [b for b in handler.history[warmup_batches:] if b.events]
+    batches = [b for b in history[warmup_batches:] if b.events]
     return {
         "sent": sent["sent"],
         "producer_s": sent["seconds"],
@@ -452,6 +483,42 @@ def read_matches_for(
     return found
 
 
+def latency_phase(
+    spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: argparse.Namespace, mode: str, oracle: bool, res: dict
+) -> None:
+    """Run, print and record (in ``res``) the latency phase in ``mode``, then the oracle check."""
+    lat = bench_latency(spark, conn, w, args, mode)
+    res[f"latency-{mode}"] = {k: v for k, v in lat.items() if k != "samples"}
+    batches = (
+        f"; median batch {lat['median_batch_events']:,.0f} events in {lat['median_batch_ms']:,.0f} ms"
+        if lat["median_batch_ms"]
+        else ""
+    )
+    print(
+        f"  latency ({mode} mode) at {args.rate:,.0f} events/s offered for {args.seconds:g} s "
+        f"(published_at -> Match record's Kafka timestamp, after {args.warmup:g} s warm-up): "
+        f"p50 {lat['p50_ms']:,.0f} ms, p99 {lat['p99_ms']:,.0f} ms, max {lat['max_ms']:,.0f} ms over "
+        f"{lat['measured']:,} events (start-up, the first {args.warmup:g} s: p50 "
+        f"{lat['startup_p50_ms']:,.0f} ms, p99 {lat['startup_p99_ms']:,.0f} ms over "
+        f"{lat['startup_events']:,} events); {lat['received_events']:,} of {lat['sent']:,} events matched; "
+        f"{lat['bytes'] / max(lat['producer_s'], 1e-9) / 1e6:,.1f} MB/s of Match records{batches}",
+        flush=True,
+    )
+    if not oracle:
+        return
+    o = bench_oracle(w, lat["samples"], args)
+    res[f"oracle-{mode}"] = {k: v for k, v in o.items() if k != "answers"}
+    if o["events"]:
+        job = read_matches_for(conn, lat["matches_topic"], set(o["answers"]))
+        print(
+            f"  oracle (BruteForceIndex, Filter.matches on every subscription): "
+            f"{o['s_per_event'] * 1000:,.0f} ms per event = {1 / o['s_per_event']:,.1f} events/s "
+            f"(built in {o['build_s']:.1f} s); job ({mode} mode) vs oracle on {o['events']} sampled events: "
+            f"{check_against_oracle(job, o['answers'])}",
+            flush=True,
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subscriptions", type=int, default=100_000)
@@ -464,6 +531,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=90, help="length of the latency run")
     ap.add_argument(
         "--warmup", type=float, default=30, help="latency run: seconds reported apart as start-up (JIT warm-up)"
+    )
+    ap.add_argument(
+        "--modes",
+        default="exact",
+        help="matching job modes of the latency phase, side by side: exact, direct (docs/decisions/"
+        "direct-matching.md) (default: %(default)s)",
     )
     ap.add_argument("--oracle-events", type=int, default=5, help="events timed and checked with the oracle")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip: throughput, ceiling, latency, oracle")
@@ -528,31 +601,8 @@ def main() -> int:
                         flush=True,
                     )
             if "latency" not in skip:
-                lat = bench_latency(spark, conn, w, args)
-                res["latency"] = {k: v for k, v in lat.items() if k != "samples"}
-                print(
-                    f"  latency at {args.rate:,.0f} events/s offered for {args.seconds:g} s "
-                    f"(published_at -> Match record's Kafka timestamp, after {args.warmup:g} s warm-up): "
-                    f"p50 {lat['p50_ms']:,.0f} ms, p99 {lat['p99_ms']:,.0f} ms, max {lat['max_ms']:,.0f} ms over "
-                    f"{lat['measured']:,} events (start-up, the first {args.warmup:g} s: p50 "
-                    f"{lat['startup_p50_ms']:,.0f} ms, p99 {lat['startup_p99_ms']:,.0f} ms over "
-                    f"{lat['startup_events']:,} events); {lat['received_events']:,} of {lat['sent']:,} events matched; "
-                    f"{lat['bytes'] / max(lat['producer_s'], 1e-9) / 1e6:,.1f} MB/s of Match records; median batch "
-                    f"{lat['median_batch_events']:,.0f} events in {lat['median_batch_ms']:,.0f} ms",
-                    flush=True,
-                )
-                if "oracle" not in skip:
-                    o = bench_oracle(w, lat["samples"], args)
-                    res["oracle"] = {k: v for k, v in o.items() if k != "answers"}
-                    if o["events"]:
-                        job = read_matches_for(conn, lat["matches_topic"], set(o["answers"]))
-                        print(
-                            f"  oracle (BruteForceIndex, Filter.matches on every subscription): "
-                            f"{o['s_per_event'] * 1000:,.0f} ms per event = {1 / o['s_per_event']:,.1f} events/s "
-                            f"(built in {o['build_s']:.1f} s); job vs oracle on {o['events']} sampled events: "
-                            f"{check_against_oracle(job, o['answers'])}",
-                            flush=True,
-                        )
+                for mode in args.modes.split(","):
+                    latency_phase(spark, conn, w, args, mode, "oracle" not in skip, res)
             results[str(decay)] = res
         spark.stop()
     if args.json:

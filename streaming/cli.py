@@ -567,6 +567,9 @@ def cmd_match_job(args: argparse.Namespace) -> int:
     from streaming.matching_job import MatchingConfig, run
 
     checkpoint, stats = _job_paths(args, "matching")
+    direct = args.mode == "direct"
+    if direct and args.available_now:
+        raise SystemExit("match-job --mode direct runs continuously; --available-now needs --mode exact")
     cfg = MatchingConfig(
         conn=connection(args),
         checkpoint=checkpoint,
@@ -576,10 +579,21 @@ def cmd_match_job(args: argparse.Namespace) -> int:
         trigger_interval=args.trigger_interval,
         index=args.index,
         stats_file=stats,
-        deliver=not args.no_delivery,
+        deliver=not (args.no_delivery or direct),
     )
     spark = _spark(args)
     log = logs.get("matching")
+    if direct:  # docs/decisions/direct-matching.md
+        from streaming import matching_direct
+
+        log.info(
+            f"direct mode: {cfg.events_topic} -> {cfg.matches_topic}, each worker following "
+            f"{cfg.subscriptions_topic} (dead letters to {cfg.deadletter_topic}), checkpoint {cfg.checkpoint}"
+        )
+        totals = matching_direct.run(spark, cfg)
+        spark.stop()
+        logs.log_batch(log, None, totals, what="direct mode")
+        return 0
     log.info(
         f"{cfg.events_topic} x {cfg.subscriptions_topic} -> {cfg.matches_topic} "
         f"(dead letters to {cfg.deadletter_topic})"
@@ -1584,6 +1598,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-delivery",
         action="store_true",
         help="write the matches only, no delivery through the channel topics (docs/reference/delivery.md)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["exact", "direct"],
+        default="exact",
+        help="exact: a batch's events see the subscriptions of its offset range, replays see the same; direct: "
+        "lower latency, each worker follows the subscriptions topic itself, no delivery, runs continuously "
+        "(docs/decisions/direct-matching.md) (default: %(default)s)",
     )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_match_job)
