@@ -286,7 +286,8 @@ def verdict(
 ) -> dict[str, Any]:
     """The run's verdict (module docstring): memory slopes over the loaded rows' second half and
     whether each is flat, each job's largest lag, pre-burst level and recovery time after the
-    burst, and the events lost (published minus those with a ``Match`` record).
+    burst, and the events without a ``Match`` record (``missing``): ``lost`` when the matching
+    job's last lag sample is 0, else None (the drain ended with it still behind).
 
     >>> s = Schedule(rate=10, seconds=300, burst_start_s=100, burst_end_s=160)
     >>> rows = [{"minute": m, "phase": "load", "rss_mb": {"x": 100.0}} for m in range(1, 6)]
@@ -309,9 +310,13 @@ def verdict(
             "recovery_s": rec,
             "recovered": (rec is not None and rec <= recover_within_s) if burst else None,
         }
-    lost = max(0, published - seen)
+    missing = max(0, published - seen)
+    behind = int(lag_samples["matching"][-1][1]) if lag_samples.get("matching") else 0
+    lost = missing if missing == 0 or behind == 0 else None  # still behind: not matched yet, not known lost
     ok = (
-        all(m["flat"] for m in memory.values()) and all(j["recovered"] is not False for j in lag.values()) and lost == 0
+        all(m["flat"] for m in memory.values())
+        and all(j["recovered"] is not False for j in lag.values())
+        and missing == 0
     )
     return {
         "memory": memory,
@@ -320,6 +325,8 @@ def verdict(
         "recover_within_s": recover_within_s,
         "published": published,
         "with_match": seen,
+        "missing": missing,
+        "matching_lag_at_end": behind,
         "lost": lost,
         "duplicates": duplicates,
         "ok": ok,
@@ -873,9 +880,16 @@ def _print_verdict(v: Mapping[str, Any], schedule: Schedule) -> None:
         state = {True: "recovered", False: "NOT RECOVERED", None: "no burst"}[j["recovered"]]
         print(f"    {job:<11} max {j['max']:>10,}  pre-burst {j['pre_burst']:>9,}  recovery {rec:>7}  {state}")
     pub = v["publisher"]
+    if v["lost"] is None:
+        end = (
+            f"{v['missing']:,} not matched yet: the drain ended with the matching job "
+            f"{v['matching_lag_at_end']:,} records behind"
+        )
+    else:
+        end = f"{v['lost']:,} lost"
     print(
         f"  records: {v['published']:,} published and acknowledged ({pub['failed']:,} failed), {v['with_match']:,} "
-        f"with their Match record, {v['lost']:,} lost, {v['duplicates']:,} duplicate Match records",
+        f"with their Match record, {end}; {v['duplicates']:,} duplicate Match records",
         flush=True,
     )
     print(f"  {'OK' if v['ok'] else 'NOT MET'}", flush=True)

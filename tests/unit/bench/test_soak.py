@@ -119,7 +119,7 @@ def test_the_verdict_flags_growing_memory_an_unrecovered_job_and_lost_records() 
     ]
     rows.append({"minute": 11, "phase": "drain", "rss_mb": {"serve JVM": 5_000.0, "publisher": 0.0}})
     lags = {
-        "matching": [(150.0, 300.0), (250.0, 20_000.0), (300.0, 200.0)],
+        "matching": [(150.0, 300.0), (250.0, 20_000.0), (300.0, 200.0), (590.0, 0.0)],
         "qos": [(150.0, 300.0), (250.0, 20_000.0), (300.0, 19_000.0), (590.0, 30_000.0)],
     }
     v = verdict(rows, lags, s, 500, 60, 120, 2.0, published=60_000, seen=59_990, duplicates=3)
@@ -127,7 +127,10 @@ def test_the_verdict_flags_growing_memory_an_unrecovered_job_and_lost_records() 
     assert v["memory"]["publisher"]["flat"] is False
     assert v["lag"]["matching"] == {"max": 20_000, "pre_burst": 500, "recovery_s": 40.0, "recovered": True}
     assert v["lag"]["qos"]["recovered"] is False and v["lag"]["qos"]["max"] == 30_000
-    assert (v["lost"], v["duplicates"], v["ok"]) == (10, 3, False)
+    assert (v["missing"], v["lost"], v["duplicates"], v["ok"]) == (10, 10, 3, False)
+    behind = {"matching": [(150.0, 300.0), (590.0, 8_000.0)]}
+    v = verdict(rows, behind, s, 500, 60, 120, 2.0, published=60_000, seen=52_000, duplicates=0)
+    assert (v["missing"], v["lost"], v["matching_lag_at_end"]) == (8_000, None, 8_000)  # not matched yet
     no_burst = Schedule(rate=100, seconds=600, burst_start_s=200, burst_end_s=200)
     flat = [{"minute": m, "phase": "load", "rss_mb": {"x": 1.0}} for m in range(1, 5)]
     v = verdict(flat, {"matching": [(10.0, 5.0)]}, no_burst, 500, 60, 120, 2.0, 10, 10, 0)
