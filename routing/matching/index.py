@@ -34,7 +34,7 @@ import sys
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate, chain, compress, count, repeat
-from operator import attrgetter, eq, is_, is_not, itemgetter, not_
+from operator import add, attrgetter, eq, is_, is_not, itemgetter, not_
 from typing import Any, Final, TypeAlias, cast
 
 import numpy as np
@@ -375,6 +375,7 @@ _OPS: Final = {
     Op.GE.name: K.O_GE, Op.BETWEEN.name: K.O_BETWEEN, Op.IN.name: K.O_IN, Op.NOT_IN.name: K.O_NOT_IN,
 }  # fmt: skip
 _SYMBOL_OPS: Final = {"=": K.O_EQ, "!=": K.O_NE, "<": K.O_LT, "<=": K.O_LE, ">": K.O_GT, ">=": K.O_GE}
+_SYMBOL_OPS_BETWEEN: Final = {**_SYMBOL_OPS, "": K.O_BETWEEN}  # findall's groups: no symbol for between
 _DOUBLE_INTS: Final = 2**53  # integers up to this magnitude are exact doubles
 _NUMBER: Final = Kind.NUMBER
 
@@ -435,6 +436,51 @@ def _number_cell(x: int) -> tuple[float, int]:
 
 _COMPACT_MIN: Final = 1 << 14  # garbage predicate records that a flush leaves in place whatever the store's size
 _ORDER_RECORDS: Final = 4  # leading records of a filter that order new fids
+
+
+def _simple_columns(
+    texts: Sequence[str],
+) -> tuple[list[Sequence[str]], list[Sequence[str]], list[Sequence[str]], list[Sequence[str]]]:
+    """Per text that ``_SIMPLE_FILTER`` accepts, its predicates' names, symbols ("" for
+    ``between``) and first and last literals as text (empty for a string or boolean literal; the
+    number twice for a comparison).
+
+    A text of ``between`` predicates alone written with single spaces and lower-case keywords
+    (``a between 1 and 2 and b between 3 and 4``) is split at its whitespace: its words are then
+    name, ``between``, low, ``and``, high, and ``and`` between predicates, the split that
+    ``_SIMPLE_PREDICATE`` makes (the text is of the simple shapes, so a name word holds no
+    operator and the literals are numbers). Others take ``_SIMPLE_PREDICATE.findall``.
+
+    >>> _simple_columns(["a between 1 and 2 and b between -3 and 4", "c=5 and d = 'x'"])[2]
+    [['1', '-3'], ('5', '')]
+    """
+    names: list[Sequence[str]] = []
+    symbols: list[Sequence[str]] = []
+    xs: list[Sequence[str]] = []
+    ys: list[Sequence[str]] = []
+    findall = _SIMPLE_PREDICATE.findall
+    for text in texts:
+        words = text.split()
+        k = (len(words) + 1) // 6
+        if (
+            len(words) == 6 * k - 1
+            and words[1::6].count("between") == k
+            and words[3::6].count("and") == k
+            and words[5::6].count("and") == k - 1
+        ):
+            names.append(words[0::6])
+            symbols.append(("",) * k)
+            xs.append(words[2::6])
+            ys.append(words[4::6])
+            continue
+        name, symbol, number, _, _, low, high = zip(*findall(text), strict=True)
+        # a number literal is in ``number`` (comparisons) or ``low`` and ``high`` (between), the
+        # other groups empty: the concatenations are the literals, empty for a string or boolean
+        names.append(name)
+        symbols.append(symbol)
+        xs.append(tuple(map(add, number, low)))
+        ys.append(tuple(map(add, number, high)))
+    return names, symbols, xs, ys
 
 
 def _record_order(
@@ -848,6 +894,7 @@ class MatchIndex:
         to_compile: list[Filter] = []
         where: list[int] = []
         new_texts: list[tuple[int, str]] = []
+        simple: list[tuple[int, str]] = []
         none: _Compiled = ((), None, 0)
         for item in filters:
             if isinstance(item, str):
@@ -857,17 +904,23 @@ class MatchIndex:
                     continue
                 new_texts.append((len(compiled), item))
                 filt = parsed[item]  # parsed when queued, since the cache lacked it then
-                if filt is None:  # of the simple shapes
-                    direct = self._compile_simple(item)
-                    if direct is not None:
-                        compiled.append(direct)
-                        continue
-                    filt = parse_filter(item)  # a predicate Python must check: the Filter path
+                if filt is None:  # of the simple shapes: compiled below, all at once
+                    simple.append((len(compiled), item))
+                    compiled.append(none)
+                    continue
             else:
                 filt = item
             where.append(len(compiled))
             to_compile.append(filt)
             compiled.append(none)
+        if simple:
+            at, simple_texts = zip(*simple, strict=True)
+            for i, text, direct in zip(at, simple_texts, self._compile_simple_many(simple_texts), strict=True):
+                if direct is not None:
+                    compiled[i] = direct
+                else:  # a predicate Python must check: the Filter path
+                    where.append(i)
+                    to_compile.append(parse_filter(text))
         for i, c in zip(where, zip(*self._compile_many(to_compile), strict=True), strict=True):
             compiled[i] = c
         for i, text in new_texts:
@@ -875,6 +928,84 @@ class MatchIndex:
                 texts.clear()
             texts[text] = compiled[i]
         return list(map(_FIRST, compiled)), list(map(_SECOND, compiled)), list(map(_THIRD, compiled))
+
+    def _compile_simple_many(self, texts: Sequence[str]) -> list[_Compiled | None]:
+        """``_compile_simple`` of each text, the texts whose every predicate is an integer literal's
+        comparison or ``between`` (literals of at most 15 characters: exact doubles) compiled
+        together: the predicates found by one ``findall`` per text, their records made by numpy
+        over the whole batch (literals read as doubles, sorted per filter by ``lexsort``), the new
+        literals made cuts in their order in the batch while there is room, as one by one. The
+        others go through ``_compile_simple`` first (so new attributes are numbered in the order
+        met, those texts' first). Equal to ``_compile_simple`` text by text once the attributes
+        are known (tests/unit/matching/test_index_churn.py).
+
+        Examples
+        --------
+        >>> index = MatchIndex()
+        >>> first, second = index._compile_simple_many(["b between 2 and 9 and a < 5", "c = 'q'"])
+        >>> first[0], index._attr_names  # (attribute << 8 | kind << 4 | operator, low, high, list)
+        (((310, 2.0, 9.0, ()), (562, 5.0, 5.0, ())), ['c', 'b', 'a'])
+        >>> first == index._compile_simple("b between 2 and 9 and a < 5"), second[0]
+        (True, ((64, 0.0, 0.0, ()),))
+        """
+        out: list[_Compiled | None] = [None] * len(texts)
+        step = 1 << 15  # texts per pass: bounds the temporary columns
+        for start in range(0, len(texts), step):
+            chunk = texts[start : start + step]
+            by_text = _simple_columns(chunk)
+            counts = np.fromiter(map(len, by_text[0]), dtype=np.int64, count=len(chunk))
+            names, symbols, xs, ys = (list(chain.from_iterable(column)) for column in by_text)
+            bad = np.fromiter(map(not_, xs), dtype=bool, count=len(xs))
+            if max(map(len, xs)) > 15 or max(map(len, ys)) > 15:  # an integer a double may not hold
+                bad |= np.fromiter(map(len, xs), dtype=np.int64, count=len(xs)) > 15
+                bad |= np.fromiter(map(len, ys), dtype=np.int64, count=len(ys)) > 15
+            starts = np.cumsum(counts) - counts
+            text_bad = np.add.reduceat(bad, starts) > 0
+            for i in np.flatnonzero(text_bad).tolist():
+                out[start + i] = self._compile_simple(chunk[i])
+            good = ~text_bad
+            if not good.any():
+                continue
+            keep = np.repeat(good, counts).tolist()
+            names_k = list(compress(names, keep))
+            for name in dict.fromkeys(names_k):  # new attributes in the order they come
+                if name not in self._attr_of:
+                    self._attr(name)
+            n = len(names_k)
+            attrs = np.fromiter(map(self._attr_of.__getitem__, names_k), dtype=np.int64, count=n)
+            ops = np.fromiter(map(_SYMBOL_OPS_BETWEEN.__getitem__, compress(symbols, keep)), dtype=np.int64, count=n)
+            x = np.fromiter(map(float, compress(xs, keep)), dtype=np.float64, count=n) + 0.0  # + 0.0: no -0.0
+            y = np.fromiter(map(float, compress(ys, keep)), dtype=np.float64, count=n) + 0.0
+            self._cut_many(attrs, x, y)
+            codes = attrs << 8 | K.P_NUMBER << 4 | ops
+            owner = np.repeat(np.arange(len(chunk)), np.where(good, counts, 0))
+            order = np.lexsort((y, x, codes, owner))
+            flat = list(zip(codes[order].tolist(), x[order].tolist(), y[order].tolist(), repeat(()), strict=False))
+            stops = np.cumsum(counts[good]).tolist()
+            recs = list(map(tuple, map(flat.__getitem__, map(slice, [0, *stops[:-1]], stops))))
+            for i, rec, key in zip(np.flatnonzero(good).tolist(), recs, map(hash, recs), strict=True):
+                out[start + i] = (rec, None, key)
+        return out
+
+    def _cut_many(self, attrs: npt.NDArray[np.int64], x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> None:
+        """Make cuts of the literals ``x[i], y[i]`` of attribute ``attrs[i]``, in that order, while
+        the attribute has room (``_simple_number_record``'s cuts, for a batch)."""
+        limit = self._max_cuts
+        for a in np.unique(attrs).tolist():
+            cuts = self._cut_sets[a]
+            if len(cuts) >= limit:
+                continue
+            on = attrs == a
+            seq = np.column_stack((x[on], y[on])).ravel()
+            pos, size = 0, 4 * limit
+            while pos < len(seq) and len(cuts) < limit:  # a prefix at a time: the cuts fill early
+                values, first = np.unique(seq[pos : pos + size], return_index=True)
+                for v in values[np.argsort(first, kind="stable")].tolist():
+                    if len(cuts) >= limit:
+                        break
+                    if v not in cuts:
+                        self._cut(a, v)
+                pos, size = pos + size, 4 * size
 
     def _compile_simple(self, text: str) -> _Compiled | None:
         """The compiled form of a text that ``_SIMPLE_FILTER`` accepts, made from the matched groups
@@ -1211,6 +1342,7 @@ class MatchIndex:
                 self._num_ncuts,
                 self._num_rows,
                 self._rows,
+                self._n_rows,
                 self._meta,
                 self._p_code,
                 self._p_ab,

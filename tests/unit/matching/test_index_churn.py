@@ -307,3 +307,61 @@ def test_flush_compacts_the_predicate_store_under_range_churn(monkeypatch: pytes
         assert index._p_garbage <= index._p_used // 4
         assert index.match(events).all_ids() == oracle.match(events).all_ids()
     assert compactions > 0
+
+
+def _simple_texts(rng: random.Random) -> list[str]:
+    """Texts of the parser's simple shapes: W1's canonical ``between`` texts (split at whitespace
+    by ``_simple_columns``) and their variants that take the pattern (other spacing and case,
+    orderings, strings and booleans, integers of more than 15 digits, a string ordering that
+    Python must check), with repeated texts and ``-0``."""
+
+    def between(name: str) -> str:
+        low = rng.randrange(-30, 30)
+        return f"{name} between {low} and {low + rng.randrange(-3, 40)}"
+
+    names = ["a", "b", "c", "d", "e", "a.b", "_x"]
+    texts = []
+    for _ in range(300):
+        k = rng.randrange(1, 5)
+        texts.append(" and ".join(between(n) for n in rng.sample(names, k)))
+    texts += [
+        "a between -0 and 0 and b between 007 and 7",
+        "a BETWEEN 1 and 2",
+        "a  between 1 and 2 and b between 3 and 4",
+        "a between 1 and 2\tand b between 3 and 4",
+        "a>=5 and b between 1 and 2",
+        "a = 'x' and b between 1 and 2",
+        "a = true and b between 1 and 2",
+        "a between 1234567890123456 and 2234567890123456",
+        "a between 123456789012345 and 223456789012345",
+        "a < 'm' and b between 1 and 2",
+        "a between 1 and 2 and a between 0 and 5",
+        " a between 1 and 2",
+        "a between 1 and 2 ",
+        "between between 1 and 2",
+    ]
+    texts += rng.sample(texts, 40)
+    rng.shuffle(texts)
+    return texts
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_simple_texts_compile_together_as_one_by_one(seed: int) -> None:
+    """``_compile_simple_many`` equals ``_compile_simple`` text by text (records, key, None for
+    a text Python must check), in batches that mix the split and the pattern paths, and the
+    index built from the texts at once answers as the oracle."""
+    from routing.matching.language import _SIMPLE_FILTER
+
+    rng = random.Random(seed)
+    texts = _simple_texts(rng)
+    assert all(_SIMPLE_FILTER.fullmatch(t) for t in texts)
+    index = MatchIndex(max_cuts=rng.choice((0, 3, 48)))
+    one_by_one = [index._compile_simple(t) for t in texts]
+    assert index._compile_simple_many(texts) == one_by_one
+    assert index._compile_simple_many(texts[:1]) == one_by_one[:1]
+    assert sum(c is None for c in one_by_one) >= 1
+    fresh, oracle = MatchIndex(max_cuts=3), BruteForceIndex()
+    apply_both(fresh, oracle, [(f"t{i}", t) for i, t in enumerate(texts)])
+    events = [{n: rng.randrange(-40, 80) for n in ("a", "b", "c", "d", "e", "a.b", "_x")} for _ in range(30)]
+    events += [{"a": "x", "b": 1}, {"a": True, "b": 2}, {"a": 1234567890123457}, {"a": -0.0, "b": 7}]
+    assert fresh.match(events).all_ids() == oracle.match(events).all_ids()

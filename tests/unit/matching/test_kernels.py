@@ -1,0 +1,85 @@
+"""Compiled kernels of ``routing.matching.kernels`` against their plain twins (docs/conventions.md §6).
+
+``set_fid_bits`` decides the fids of a run of words of the rows together, and an attribute of
+numbers' intervals from its end buckets alone; ``set_fid_bits_plain`` decides every bucket of
+every fid, one fid after the other. Both run on copies of one index's rows and fid table, after a
+batch of changes whose bit work is pending, and must leave the same bits and the same flags.
+The filters are range-heavy (W1's ``between`` and the orderings, bounds on and off the cuts,
+empty spans), mixed with every other kind of predicate, and numerous enough that the new fids
+span several runs of words and reuse freed fids.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from routing.matching import kernels as K
+from routing.matching.index import MatchIndex
+from tests.strategies import index_filters
+
+
+def _pending_bits(index: MatchIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Both kernels' rows and fid table after the pending new fids: (rows, meta) of each, the fids."""
+    fids = np.unique(np.asarray(index._pending_set, dtype=np.int64))
+    fids = fids[index._meta[fids, K.M_MCOUNT] > 0]
+    shared = (len(index._attr_names), index._fixed_rows, index._str_rows, index._str_count, index._num_cuts)
+    shared += (index._num_ncuts, index._num_rows)
+    tail = (index._p_code, index._p_ab, index._lit)
+    rows, meta = index._rows.copy(), index._meta.copy()
+    K.set_fid_bits(fids, *shared, rows, index._n_rows, meta, *tail)
+    rows_plain, meta_plain = index._rows.copy(), index._meta.copy()
+    K.set_fid_bits_plain(fids, *shared, rows_plain, meta_plain, *tail)
+    return rows, meta, rows_plain, meta_plain, fids
+
+
+def _range_text(rng: random.Random) -> str:
+    """A range-heavy filter: ``between`` (sometimes empty), orderings and equalities on numbers,
+    bounds drawn from a small range so that many fall on cuts."""
+    parts = []
+    for name in rng.sample(["a", "b", "c", "d", "e", "f"], rng.randrange(1, 5)):
+        for _ in range(rng.choice((1, 1, 1, 2))):  # two predicates on one attribute now and then
+            low = rng.randrange(-20, 20)
+            shape = rng.randrange(6)
+            if shape < 3:
+                parts.append(f"{name} between {low} and {low + rng.randrange(-2, 25)}")
+            else:
+                parts.append(f"{name} {rng.choice(('<', '<=', '>', '>=', '=', '!='))} {low}")
+    return " and ".join(parts)
+
+
+@pytest.mark.parametrize("max_cuts", [0, 1, 4, 48])
+def test_set_fid_bits_equals_the_plain_kernel_on_range_heavy_filters(max_cuts: int) -> None:
+    rng = random.Random(max_cuts)
+    index = MatchIndex(max_cuts=max_cuts)
+    index.apply([(f"s{i}", _range_text(rng)) for i in range(1500)])
+    rows, meta, rows_plain, meta_plain, fids = _pending_bits(index)
+    assert len(fids) > 600  # several runs of 8 words of 64 fids
+    assert np.array_equal(rows, rows_plain)
+    assert np.array_equal(meta, meta_plain)
+    inexact = (meta[fids, K.M_FLAGS] & K.INEXACT) > 0
+    assert inexact.all() if max_cuts == 0 else inexact.any() and not inexact.all()  # no cuts: no bucket decides
+    index.flush()
+    # freed fids reused by the next batch: scattered runs of words
+    index.apply([(f"s{i}", None) for i in range(0, 1500, 3)])
+    index.flush()
+    index.apply([(f"n{i}", _range_text(rng)) for i in range(400)])
+    rows, meta, rows_plain, meta_plain, fids = _pending_bits(index)
+    assert len(fids) > 300 and fids.min() < 1000
+    assert np.array_equal(rows, rows_plain)
+    assert np.array_equal(meta, meta_plain)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(filters=st.lists(index_filters(max_predicates=4), min_size=1, max_size=80), max_cuts=st.sampled_from((1, 3, 48)))
+def test_set_fid_bits_equals_the_plain_kernel_on_every_kind(filters: list, max_cuts: int) -> None:
+    """Every kind of predicate (strings, booleans, lists, exists, integers past 2**53)."""
+    index = MatchIndex(max_cuts=max_cuts, max_strings=2)
+    index.apply([(f"s{i}", f) for i, f in enumerate(filters)])
+    rows, meta, rows_plain, meta_plain, _ = _pending_bits(index)
+    assert np.array_equal(rows, rows_plain)
+    assert np.array_equal(meta, meta_plain)
