@@ -83,3 +83,20 @@ def test_set_fid_bits_equals_the_plain_kernel_on_every_kind(filters: list, max_c
     rows, meta, rows_plain, meta_plain, _ = _pending_bits(index)
     assert np.array_equal(rows, rows_plain)
     assert np.array_equal(meta, meta_plain)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_clear_fid_bits_equals_the_plain_kernel(seed: int) -> None:
+    """Dropped fids (scattered, several in a word, the last word's last bits) cleared from full
+    and random rows, the other bits kept."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, 2**63, size=(40, 30), dtype=np.uint64) | np.uint64(1 << 63)
+    rows[:5] = ~np.uint64(0)
+    fids = np.unique(np.concatenate((rng.choice(30 * 64, 300, replace=False), [0, 63, 64, 30 * 64 - 1])))
+    fast, plain = rows.copy(), rows.copy()
+    K.clear_fid_bits(fids, fast, 37)
+    K.clear_fid_bits_plain(fids, plain, 37)
+    assert np.array_equal(fast, plain)
+    assert not np.array_equal(fast, rows)
+    assert np.array_equal(fast[37:], rows[37:])  # rows past n_rows untouched
+    assert int(fast[0, 0]) & 1 == 0 and int(fast[0, 0]) >> 63 == 0  # fids 0 and 63 of a full row
