@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import math
 import os
@@ -550,7 +551,14 @@ class Reader:
         return np.asarray(m, float), np.asarray(c, float)
 
     def _run(self) -> None:
+        next_refresh = time.monotonic() + 10
         while not self._stop.is_set():
+            if time.monotonic() >= next_refresh:  # channel topics appear once delivery starts
+                next_refresh = time.monotonic() + 10
+                try:
+                    self.refresh()
+                except Exception as exc:  # the cluster busy for a moment: try again later
+                    print(f"reader: listing topics failed: {exc}", flush=True)
             msgs = self.consumer.consume(20_000, 0.2)
             match_ms, channel_ms = [], []
             for msg in msgs:
@@ -682,6 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", help="write the rows and the verdict as JSON to this file")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 minutes at 2,000 events/s, rows every 20 s")
     args = ap.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints every thread's stack
     if args.quick:
         args.minutes, args.rate, args.interval_s, args.burst_minutes = 2.0, 2_000.0, 20.0, 0.5
         args.subscriptions, args.baseline_minutes, args.recover_within_min = 2_000, 0.5, 1.0
@@ -777,27 +786,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         last_row, last_sent = 0.0, 0
         phase = "load"
         drain_started: float | None = None
-        next_poll = 0.0
+
+        def sample_lags() -> None:  # its own thread: a slow step of the main loop leaves no gap
+            while not sampling_done.is_set():
+                at = time.monotonic() - t0
+                text = _scrape(url)
+                for job, lag in (parse_metric(text, LAG_METRIC) if text else {}).items():
+                    if job in samples:
+                        samples[job].append((round(at, 1), lag))
+                sampling_done.wait(args.lag_poll_s)
+
+        sampling_done = threading.Event()
+        sampler = threading.Thread(target=sample_lags, name="soak-lag", daemon=True)
+        sampler.start()
         while True:
             now = time.monotonic() - t0
             if serve_proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {serve_proc.returncode}; see {work / 'serve.log'}")
-            if now >= next_poll:
-                next_poll = now + args.lag_poll_s
-                text = _scrape(url)
-                for job, lag in (parse_metric(text, LAG_METRIC) if text else {}).items():
-                    if job in samples:
-                        samples[job].append((round(now, 1), lag))
             if now - last_row >= args.interval_s:
-                reader.refresh()
                 parents = parent_map()
                 rss = serve_memory(parents, serve_proc.pid)
                 for name, pid in brokers.items():
                     rss[name] = round(rss_mb(pid) or 0.0, 1) if pid else 0.0
                 rss["publisher"] = round(rss_mb(pub_proc.pid or 0) or 0.0, 1)
                 rss["reader"] = round(rss_mb(os.getpid()) or 0.0, 1)
-                match_ms, channel_ms = reader.take()
+                now = time.monotonic() - t0  # the counts, latencies and lags of the same moment
                 s_now = int(sent.value)
+                match_ms, channel_ms = reader.take()
                 offered = (planned_events(schedule, now) - planned_events(schedule, last_row)) / (now - last_row)
                 lags_in = {j: [v for t, v in samples[j] if last_row <= t <= now] for j in jobs}
                 row = make_row(
@@ -820,6 +835,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if (caught_up and reader.with_match >= int(sent.value)) or now - (drain_started or now) > args.drain_s:
                     break
             time.sleep(0.2)
+        sampling_done.set()
+        sampler.join(10)
         pub_proc.join(60)
         if pub_result.empty():
             raise RuntimeError(f"the publisher ended without its counts (exit code {pub_proc.exitcode})")
