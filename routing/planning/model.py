@@ -445,8 +445,10 @@ class Instance:
         return reasons
 
     def cost_of(self, transmissions: Iterable[Transmission]) -> float:
-        """Eq. 4: Σ λ(e) C(u, v) over the distinct transmissions (u, v, e)."""
-        return float(sum(self.events[e].lam * self.links[(u, v)] for u, v, e in set(transmissions)))
+        """Eq. 4: Σ λ(e) C(u, v) over the distinct transmissions (u, v, e), summed in sorted order:
+        the same plan costs the same bits in every process (a set's order follows the process's
+        string hashing), so a job that replays a batch after a restart writes the same record."""
+        return float(sum(self.events[e].lam * self.links[(u, v)] for u, v, e in sorted(set(transmissions))))
 
     def size(self) -> dict[str, int]:
         """Counts of nodes, links, events, interests and forbidden pairs."""

@@ -26,11 +26,11 @@ from infra.kafka import KafkaClusterConfig
 from infra.topics import ensure_topics
 from producers.events import EventGenerator
 from producers.kafka_writer import KafkaWriter
-from routing.matching.index import BruteForceIndex
 from schemas.codec import codec_for
 from schemas.topics import EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
 from streaming.matching_job import MatchingConfig, build_query
 from streaming.readers import read_topic
+from tests.faults.conftest import expected_matches
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -161,11 +161,7 @@ def test_matching_survives_a_broker_killed_mid_run(
     for r in read_topic(conn, prefix + MATCHES_TOPIC, "Match", timeout_s=60):
         assert r.value is not None and r.key == r.value["event_id"].encode()
         matches.setdefault(r.value["event_id"], []).append(r.value)
-    oracle = BruteForceIndex()
-    for sid, filt in FILTERS.items():
-        oracle.add(sid, filt)
-    events = list(published.values())
-    want = dict(zip(published, oracle.match([e["attributes"] for e in events]).all_ids(), strict=True))
+    want = expected_matches(FILTERS, published)
 
     records = sum(len(v) for v in matches.values())
     print(

@@ -28,20 +28,22 @@ from infra.kafka import KafkaClusterConfig
 from infra.topics import ensure_topics
 from producers.events import EventGenerator
 from producers.kafka_writer import KafkaWriter
-from routing.matching.index import BruteForceIndex
-from schemas.codec import codec_for
+from schemas.codec import codec_for, decode
 from schemas.topics import (
     BROKER_TELEMETRY_TOPIC,
     CHANNELS_TOPIC,
     COMPOSITES_TOPIC,
     EVENTS_TOPIC,
+    LINK_TELEMETRY_TOPIC,
     MATCHES_TOPIC,
     QOS_TOPIC,
     RECEIPTS_TOPIC,
+    ROUTES_TOPIC,
     SUBSCRIPTIONS_TOPIC,
     TOPOLOGY_TOPIC,
 )
 from streaming.readers import read_topic
+from tests.faults.conftest import expected_matches
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(420)]
 
@@ -210,11 +212,7 @@ def test_the_matching_job_survives_its_driver_killed(
 
     after = stats_lines(stats)[len(before) :]
     log2 = second.text()
-    oracle = BruteForceIndex()
-    for sid, filt in FILTERS.items():
-        oracle.add(sid, filt)
-    events = list(published.values())
-    want = dict(zip(published, oracle.match([e["attributes"] for e in events]).all_ids(), strict=True))
+    want = expected_matches(FILTERS, published)
     records = sum(len(v) for v in matches.values())
     replayed = [b["batch_id"] for b in after if b["batch_id"] <= injected["last_batch"]]
     assert set(injected["uncommitted"]) <= {b["batch_id"] for b in after}  # Spark ran them again
@@ -568,4 +566,161 @@ def test_the_qos_job_keeps_its_windows_across_a_driver_kill(
         f"{got['measured_reliability']} (want {want}); restarted driver exit code on SIGTERM {rc}"
     )
     assert got["measured_reliability"] == want
+    assert "starting empty" not in second.text()
+
+
+@pytest.mark.timeout(600)  # two Spark starts and about ten batches, on a loaded machine
+def test_the_routes_job_goes_on_from_its_planner_across_a_driver_kill(
+    jars,  # type: ignore[no-untyped-def]
+    kafka_cluster: tuple[KafkaConnection, KafkaClusterConfig],
+    tmp_path: Path,
+) -> None:
+    """The overlay, subscriptions and link telemetry of ``tests/integration/test_routes_job.py``,
+    then two minutes of matches at steady rates, read 200 records a batch; the job is killed as
+    soon as a batch wrote a plan (a backlog of matches left); the next 80 s, with one flow's rate
+    tripled, are written while it is down. The restarted job must write exactly the plans of one
+    uninterrupted planner over the same inputs (``RoutePlanner`` fed everything at once, the
+    oracle): the first plan, then the two re-plans of the sustained drift with the version
+    numbers going on; duplicates only identical records of one version. The topology and the
+    subscriptions are read by the first life only, so a restarted job without its saved planner
+    would plan nothing or start again at version 1."""
+    from routing.monitors.routes import PlannerConfig, RoutePlanner
+    from tests.integration.test_routes_job import EPOCH_MS, matches, overlay, subscriptions
+
+    conn, _ = kafka_cluster
+    prefix = f"d{uuid.uuid4().hex[:8]}."
+    ensure_topics(conn, prefix)
+    topo = overlay()
+    topology, subs = topo.topology_records(), subscriptions(topo)
+    # telemetry before the first match: it moves no check period (the watermark follows the matches)
+    samples = [
+        {"from": k.src, "to": k.dst, "seq": i, "sent_at": EPOCH_MS - 1000 + i, "delay_ms": 2.0}
+        for i, k in enumerate(topo.links)
+    ]
+    first_half = sorted(matches(0, 120), key=lambda m: m["published_at"])
+    second_half = sorted(matches(120, 200, boost=3.0), key=lambda m: m["published_at"])
+    writer = KafkaWriter(conn)
+
+    def send(topic: str, schema: str, records: list[dict[str, Any]], key: str) -> None:
+        codec = codec_for(schema)
+        for r in records:
+            writer.send(prefix + topic, str(r[key]), codec.encode(r))
+        report = writer.flush(60)
+        assert report.failed == 0, report.errors
+
+    send(TOPOLOGY_TOPIC, "TopologyElement", topology, "element_id")
+    send(SUBSCRIPTIONS_TOPIC, "Subscription", subs, "subscription_id")
+    send(LINK_TELEMETRY_TOPIC, "LinkSample", samples, "from")
+
+    lateness_ms, planner_cfg = 5_000, PlannerConfig(check_period_ms=10_000, rate_window_ms=60_000)
+    oracle = RoutePlanner(planner_cfg)
+    oracle.apply_topology([(r["element_id"], r) for r in topology])
+    oracle.apply_subscriptions([(s["subscription_id"], s["subscriber_id"], s["broker"], s["filter"]) for s in subs])
+    oracle.add_link_samples(
+        [s["from"] for s in samples],
+        [s["to"] for s in samples],
+        [float(s["sent_at"]) for s in samples],
+        [s["delay_ms"] for s in samples],
+    )
+    everything = first_half + second_half
+    oracle.add_matches(
+        [m["publisher_id"] for m in everything],
+        [float(m["published_at"]) for m in everything],
+        [m["subscription_ids"] for m in everything],
+    )
+    final_watermark = max(m["published_at"] for m in everything) - lateness_ms
+    # each as the topic gives it back (Avro's view of the record)
+    want = {p["version"]: decode(codec_for("RoutePlan").encode(p))[1] for p in oracle.advance(final_watermark)}
+
+    stats = tmp_path / "stats.jsonl"
+    args = job_command(
+        "routes-job",
+        conn,
+        prefix,
+        tmp_path,
+        "--trigger-interval",
+        "1 second",
+        "--max-offsets-per-trigger",
+        "200",
+        "--check-period-s",
+        str(planner_cfg.check_period_ms / 1000),
+        "--window-periods",
+        str(planner_cfg.rate_window_ms // planner_cfg.check_period_ms),
+        "--lateness-s",
+        str(lateness_ms / 1000),
+    )
+
+    def read(topic: str, lines: list[dict[str, Any]] | None = None) -> int:
+        return sum(b["records"].get(topic, 0) for b in (stats_lines(stats) if lines is None else lines))
+
+    def plans() -> list[dict[str, Any]]:
+        found = read_topic(conn, prefix + ROUTES_TOPIC, "RoutePlan", timeout_s=30)
+        assert all(r.value is not None and r.key == r.value["plan_id"].encode() for r in found)
+        return [r.value for r in found if r.value is not None]
+
+    first = JobProcess(args, tmp_path / "life1.log")
+    second: JobProcess | None = None
+    injected: dict[str, Any] = {}
+    try:
+        # the matches only once the overlay and the subscriptions are read: a batch holds a share of
+        # every topic, and matches read before their subscriptions would count for no flow
+        wait_for(
+            lambda: read(TOPOLOGY_TOPIC) == len(topology) and read(SUBSCRIPTIONS_TOPIC) == len(subs),
+            240,
+            "the overlay and the subscriptions",
+        )
+        send(MATCHES_TOPIC, "Match", first_half, "event_id")
+        wait_for(lambda: any(b["extra"]["plans"] for b in stats_lines(stats)), 240, "a plan", every_s=0.02)
+        before = stats_lines(stats)
+        injected["batches"], injected["matches"] = len(before), read(MATCHES_TOPIC, before)
+        injected["processes"] = first.kill9()
+        assert first.proc.returncode == -signal.SIGKILL
+        injected["uncommitted"] = uncommitted(tmp_path / "ckpt" / "query")
+        injected["last_batch"] = max(b["batch_id"] for b in stats_lines(stats))
+        injected["plans"] = sorted({p["version"] for p in plans()})
+        send(MATCHES_TOPIC, "Match", second_half, "event_id")  # while no driver runs
+        second = JobProcess(args, tmp_path / "life2.log")
+        wait_for(
+            lambda: (
+                (lines := stats_lines(stats))[-1].get("watermark_ms") is not None
+                and lines[-1]["watermark_ms"] >= final_watermark
+            ),
+            300,
+            "the restarted job to read every match",
+        )
+        found = plans()
+        assert second.alive(), second.text()[-3000:]
+    finally:
+        rc = second.stop() if second is not None else None
+        first.stop()
+
+    after = stats_lines(stats)[len(before) :]
+    by_version: dict[int, list[dict[str, Any]]] = {}
+    for p in found:
+        by_version.setdefault(p["version"], []).append(p)
+    replayed = [b["batch_id"] for b in after if b["batch_id"] <= injected["last_batch"]]
+    print(
+        f"\ninjected: kill -9 of the routes-job process group ({', '.join(injected['processes'])}) once a batch "
+        f"wrote a plan: after {injected['batches']} batches ({injected['matches']} of {len(first_half)} matches "
+        f"read, plan versions {injected['plans']} on the topic), batches {injected['uncommitted']} planned but not "
+        f"committed; {len(second_half)} matches (one flow's rate tripled) written while it was down; the same "
+        f"command restarted on the same checkpoint"
+        f"\ncounted: {len(found)} RoutePlan records, versions "
+        f"{[(v, recs[0]['planned_at'] - EPOCH_MS, len(recs)) for v, recs in sorted(by_version.items())]} "
+        f"(version, planned_at - epoch in ms, copies), the oracle's {sorted(want)}; after the restart "
+        f"{len(after)} batches, replayed batch ids {replayed}, {read(MATCHES_TOPIC, after)} matches and "
+        f"{read(TOPOLOGY_TOPIC, after)} topology / {read(SUBSCRIPTIONS_TOPIC, after)} subscription records read; "
+        f"restarted driver exit code on SIGTERM {rc}"
+    )
+    assert sorted(want) == [1, 2, 3]  # the scenario: a first plan and two re-plans of the drift
+    assert injected["plans"] and max(injected["plans"]) < 3, "the kill came after every plan: nothing to go on from"
+    assert set(injected["uncommitted"]) <= {b["batch_id"] for b in after}  # Spark ran them again
+    for version, recs in by_version.items():
+        assert all(r == recs[0] for r in recs), f"differing records of version {version}"
+    assert sorted(by_version) == sorted(want)
+    for version, recs in by_version.items():
+        differing = {k: (recs[0][k], want[version][k]) for k in want[version] if recs[0][k] != want[version][k]}
+        assert not differing, f"version {version} (job, oracle): {differing}"
+    # the planner came back from its saved state: the overlay and subscriptions were not read again
+    assert read(TOPOLOGY_TOPIC, after) == 0 and read(SUBSCRIPTIONS_TOPIC, after) == 0
     assert "starting empty" not in second.text()
