@@ -37,15 +37,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from infra import kafka
 from infra.connection import KafkaConnection
 from infra.jars import JarSets
+from routing.channels.assignment import LOBBY
 from schemas.topics import (
     CHANNEL_TOPIC_PREFIX,
     CHANNELS_TOPIC,
@@ -60,10 +62,14 @@ from schemas.topics import (
 __all__ = [
     "ADMIN",
     "MECHANISM",
+    "AccessCounts",
+    "AccessService",
     "Grant",
     "SecureHome",
     "add_users",
     "apply_grants",
+    "channel_grants",
+    "follow_channel_grants",
     "forward_subscriptions",
     "grant_subscriber",
     "inbox_topic",
@@ -147,14 +153,20 @@ def ownership_error(owner: str, key: bytes | None, record: dict[str, Any] | None
 
 
 def forward_subscriptions(
-    jobs_conn: KafkaConnection, prefix: str = "", idle_s: float = 5.0, follow: bool = False
+    jobs_conn: KafkaConnection,
+    prefix: str = "",
+    idle_s: float = 5.0,
+    follow: bool = False,
+    stop: threading.Event | None = None,
+    counts: AccessCounts | None = None,
 ) -> tuple[int, int]:
     """The subscription gateway: copy every inbox's records that :func:`ownership_error` passes
     and that are valid ``Subscription`` records (or tombstones) to the subscriptions table, and
     dead-letter the rest (``error_code`` ``not_owner`` or the validator's); return (forwarded,
     dead-lettered). Runs as ``jobs`` (the only writer of the table) until no record came for
-    ``idle_s`` after it joined (with ``follow``, until interrupted); it commits each record's
-    offset once handled (group ``siftstream-gateway``), so a rerun goes on from there."""
+    ``idle_s`` after it joined (with ``follow``, until interrupted or ``stop`` is set); it commits
+    each record's offset once handled (group ``siftstream-gateway``), so a rerun goes on from
+    there. ``counts`` (``forwarded``, ``rejected``) is kept up to date as records are handled."""
     import re
 
     from confluent_kafka import Consumer
@@ -178,7 +190,7 @@ def forward_subscriptions(
     forwarded = rejected = 0
     start = last = time.monotonic()
     try:
-        while True:
+        while stop is None or not stop.is_set():
             msg = consumer.poll(0.5)
             now = time.monotonic()
             if msg is None:  # idle: stop once the group gave it the inboxes (or after a minute without)
@@ -207,6 +219,10 @@ def forward_subscriptions(
             if report.failed:
                 raise RuntimeError(f"the gateway could not write: {report.errors[-3:]}")
             consumer.commit(message=msg, asynchronous=False)
+            if counts is not None and code is None:
+                counts.forwarded += 1
+            elif counts is not None:
+                counts.rejected += 1
     finally:
         consumer.close()
     return forwarded, rejected
@@ -331,6 +347,171 @@ def apply_grants(admin_conn: KafkaConnection, grants: Iterable[Grant], timeout_s
     for fut in admin.create_acls(bindings, request_timeout=timeout_s).values():
         fut.result(timeout_s)
     return len(bindings)
+
+
+def channel_grants(subscriber_of: Mapping[str, str], channel_of: Mapping[str, int]) -> set[tuple[str, int]]:
+    """The ``(subscriber id, channel)`` pairs whose channel topic the subscriber must read: each
+    subscription's channel under the assignment ``channel_of`` (subscription id -> channel), the
+    lobby for a subscription it does not place (docs/reference/delivery.md).
+
+    Parameters
+    ----------
+    subscriber_of : mapping
+        Subscription id -> subscriber id, the subscriptions table as it stands.
+    channel_of : mapping
+        Subscription id -> channel, the members of the newest planned assignment.
+
+    >>> sorted(channel_grants({"alice-1": "alice", "alice-2": "alice", "bob-1": "bob"}, {"alice-1": 2, "carl-1": 1}))
+    [('alice', 0), ('alice', 2), ('bob', 0)]
+    """
+    return {(subscriber, channel_of.get(sid, LOBBY)) for sid, subscriber in subscriber_of.items()}
+
+
+@dataclass
+class AccessCounts:
+    """What the access service (:class:`AccessService`) did so far: records the gateway forwarded
+    and dead-lettered, channel read grants it added (one per subscriber and channel), and the
+    errors it recovered from, with the last one's text."""
+
+    forwarded: int = 0
+    rejected: int = 0
+    granted: int = 0
+    errors: int = 0
+    last_error: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def failed(self, text: str) -> None:
+        with self.lock:
+            self.errors += 1
+            self.last_error = text
+
+    def as_dict(self) -> dict[str, Any]:
+        with self.lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+
+
+def follow_channel_grants(
+    admin_conn: KafkaConnection,
+    prefix: str = "",
+    stop: threading.Event | None = None,
+    counts: AccessCounts | None = None,
+    poll_s: float = 0.5,
+) -> set[tuple[str, int]]:
+    """Grant every subscriber READ and DESCRIBE on the channel topics its subscriptions are
+    delivered on, as the channels job moves them, until ``stop`` is set; return the pairs granted.
+
+    It reads the subscriptions table (who owns each subscription) and the planned records of the
+    channel assignments topic (where each one is delivered: the newest planned version, which is
+    the one the delivery stage installs next) from their start, and adds the ACLs of
+    :func:`channel_grants`' pairs not granted yet, as ``admin`` (creating an ACL that exists is a
+    no-op, so a restart grants again harmlessly). A planned version is granted before the
+    delivery stage installs it, so a moved subscriber can read its new channel when it reaches the
+    hand-over marker. Grants are only added: the old channel stays readable (docs/guide/security.md).
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from schemas.codec import DecodeError, decode
+
+    subs_topic, channels_topic = prefix + SUBSCRIPTIONS_TOPIC, prefix + CHANNELS_TOPIC
+    consumer = Consumer(admin_conn.confluent(**{"group.id": "siftstream-channel-grants", "enable.auto.commit": False}))
+    subscriber_of: dict[str, str] = {}
+    channel_of: dict[str, int] = {}
+    version, granted = 0, set[tuple[str, int]]()
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+        missing = [t for t in (subs_topic, channels_topic) if t not in topics]
+        if missing:
+            raise RuntimeError(f"channel grants: no topic {', '.join(missing)}")
+        consumer.assign(
+            [TopicPartition(t, p, OFFSET_BEGINNING) for t in (subs_topic, channels_topic) for p in topics[t].partitions]
+        )
+        while stop is None or not stop.is_set():
+            for msg in consumer.consume(1000, poll_s):
+                if msg.error() is not None:
+                    continue
+                key = (msg.key() or b"").decode("utf-8", "replace")
+                try:
+                    record = None if msg.value() is None else decode(msg.value())[1]
+                except DecodeError:
+                    continue  # the jobs dead-letter what does not decode
+                if msg.topic() == subs_topic:
+                    if record is None or record.get("type") == "unsubscribe":
+                        subscriber_of.pop(key, None)
+                    elif record.get("subscriber_id"):
+                        subscriber_of[key] = str(record["subscriber_id"])
+                elif record is not None and record.get("stage") == "planned" and int(record["version"]) > version:
+                    version = int(record["version"])
+                    channel_of = {s: int(c["channel"]) for c in record["channels"] for s in c["subscription_ids"]}
+            new = channel_grants(subscriber_of, channel_of) - granted
+            if new:
+                apply_grants(
+                    admin_conn,
+                    [
+                        g
+                        for subscriber, c in sorted(new)
+                        for g in _topic(
+                            f"User:{subscriber_principal(subscriber)}", channel_topic(c, prefix), "READ", "DESCRIBE"
+                        )
+                    ],
+                )
+                granted |= new
+                if counts is not None:
+                    counts.granted += len(new)
+    finally:
+        consumer.close()
+    return granted
+
+
+class AccessService:
+    """The secured deployment's running part: the subscription gateway
+    (:func:`forward_subscriptions`, as ``jobs``) and the channel grants
+    (:func:`follow_channel_grants`, as ``admin``), each in a thread of its own, from
+    :meth:`start` until :meth:`stop`. A thread whose loop fails (the broker away, a refused
+    request) counts the error, waits ``retry_s`` and starts its loop again; both go on from
+    where they were (the gateway's committed position; the grants read again from the start).
+    ``siftstream serve --gateway`` and ``python -m infra.security gateway --follow`` run it."""
+
+    def __init__(self, jobs_conn: KafkaConnection, admin_conn: KafkaConnection, prefix: str = "", retry_s: float = 5.0):
+        self.jobs_conn, self.admin_conn, self.prefix, self.retry_s = jobs_conn, admin_conn, prefix, retry_s
+        self.counts = AccessCounts()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        loops = {
+            "gateway": lambda: forward_subscriptions(
+                self.jobs_conn, self.prefix, follow=True, stop=self._stop, counts=self.counts
+            ),
+            "channel-grants": lambda: follow_channel_grants(self.admin_conn, self.prefix, self._stop, self.counts),
+        }
+        for name, loop in loops.items():
+            thread = threading.Thread(target=self._keep, args=(name, loop), name=f"siftstream-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _keep(self, name: str, loop: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                loop()
+            except Exception as exc:
+                self.counts.failed(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
+                self._stop.wait(self.retry_s)
+
+    def alive(self) -> bool:
+        """Whether both threads run."""
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+    def status(self) -> dict[str, Any]:
+        """The counts (:class:`AccessCounts`) and whether both threads run (``up``)."""
+        return {**self.counts.as_dict(), "up": self.alive()}
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """Stop both threads (each ends its poll, at most a second); True when both ended in time."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
 
 def add_users(admin_conn: KafkaConnection, users: dict[str, str], timeout_s: float = 30.0) -> None:
@@ -550,7 +731,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic-prefix", default="")
     parser.add_argument("--role", action="append", default=[], help="grant: a role (subscriber-<id> too)")
     parser.add_argument("--channel", type=int, action="append", default=[], help="grant: a subscriber's channel")
-    parser.add_argument("--follow", action="store_true", help="gateway: keep forwarding until Ctrl-C")
+    parser.add_argument(
+        "--follow", action="store_true", help="gateway: keep forwarding, and granting channels, until Ctrl-C"
+    )
     args = parser.parse_args(argv)
     cfg = kafka.BrokerConfig(home=args.home.resolve(), port=args.port, controller_port=args.controller_port)
     if args.action == "down":
@@ -560,12 +743,20 @@ def main(argv: list[str] | None = None) -> int:
 
         print(up(cfg, ensure_jars(), prefix=args.topic_prefix))
     elif args.action == "gateway":
-        jobs = SecureHome(cfg.home).connection(cfg.bootstrap, "jobs")
-        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop ends it as Ctrl-C does
-        try:
-            forwarded, rejected = forward_subscriptions(jobs, args.topic_prefix, follow=args.follow)
-        except KeyboardInterrupt:  # --follow ends here; every record handled was committed
-            return 130
+        sec = SecureHome(cfg.home)
+        jobs = sec.connection(cfg.bootstrap, "jobs")
+        if args.follow:  # the gateway and the channel grants until Ctrl-C or SIGTERM (exit 130)
+            service = AccessService(jobs, sec.connection(cfg.bootstrap, ADMIN), args.topic_prefix)
+            signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop ends it as Ctrl-C does
+            service.start()
+            try:
+                while True:
+                    time.sleep(1.0)
+            except KeyboardInterrupt:  # every record handled was committed
+                service.stop()
+                print(f"access service: {service.status()}")
+                return 130
+        forwarded, rejected = forward_subscriptions(jobs, args.topic_prefix)
         print(f"subscription gateway: {forwarded} forwarded, {rejected} dead-lettered (not the owner's or invalid)")
     else:
         sec = SecureHome(cfg.home)

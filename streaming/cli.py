@@ -876,6 +876,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         quiet=not args.verbose,
         kafka_config=args.kafka_config,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        gateway=None if args.gateway is None else KafkaConnection.from_file(conn.bootstrap_servers, args.gateway),
     )
     return serve(cfg)
 
@@ -934,6 +935,12 @@ def _service_parsers(sub: Any) -> None:
     p.add_argument("--jobs", help=f"comma-separated jobs to run, 'none' for none (default: all of {','.join(JOBS)})")
     p.add_argument("--trigger-interval", default="5 seconds", help="every query's trigger (default: %(default)s)")
     p.add_argument("--max-offsets-per-trigger", type=int, help="every query's cap on records per micro-batch")
+    p.add_argument(
+        "--gateway",
+        metavar="ADMIN_PROFILE",
+        help="secured Kafka: also run the subscription gateway and grant subscribers their channels, "
+        "as the admin profile given (docs/guide/security.md)",
+    )
     p.add_argument("--demo", action="store_true", help="also start the live feeds: stocks, sensors, overlay, clients")
     p.add_argument(
         "--demo-rate", type=float, default=50.0, help="events per second of each demo feed (default: %(default)s)"

@@ -21,16 +21,24 @@ name                                                        type        what
 ``siftstream_matching_matches_total``                       counter     (event, subscription) pairs
 ``siftstream_matching_events_total``                        counter     events matched
 ``siftstream_matching_matches_per_event``                   gauge       matches / events, last batch
+``siftstream_gateway_records_total``                        counter     inbox records the gateway
+                                                                        handled, by ``outcome``
+                                                                        (``forwarded``, ``dead_letter``)
+``siftstream_gateway_channel_grants_total``                 counter     channel read grants added
+``siftstream_gateway_errors_total``                         counter     gateway or grant loop errors
+``siftstream_gateway_up``                                   gauge       1 while both threads run
+                                                                        (0 without ``--gateway``)
 ==========================================================  ==========  ==========================
 
 Source of the numbers: Spark's ``StreamingQueryProgress`` of each query (``batchId``,
 ``numInputRows``, ``inputRowsPerSecond``, ``batchDuration``, ``timestamp``, and each source's
 ``endOffset``), read as the JSON documents that :func:`progress_doc` returns, and the matching
-job's own per-batch counts. Lag is :func:`lag_records` of a query's committed end offsets against
-the topics' current end offsets. A job with several queries (validation: one per input topic)
-sums them. A progress document is counted once: :class:`JobMetrics` remembers the ``timestamp``
-of each (job, query)'s newest report and skips older ones; Spark's idle reports (no ``addBatch`` in
-``durationMs``) move no counter.
+job's own per-batch counts; the ``gateway`` ones (no ``job`` label) from the counts of
+``serve --gateway``'s access service (``infra.security.AccessService``). Lag is
+:func:`lag_records` of a query's committed end offsets against the topics' current end offsets.
+A job with several queries (validation: one per input topic) sums them. A progress document is
+counted once: :class:`JobMetrics` remembers the ``timestamp`` of each (job, query)'s newest report
+and skips older ones; Spark's idle reports (no ``addBatch`` in ``durationMs``) move no counter.
 
 Example (a registry of its own, so that nothing global changes):
 
@@ -189,6 +197,16 @@ class JobMetrics:
             "Matches per event in the matching job's last micro-batch that had events.",
             registry=registry,
         )
+        self.gateway_records = Counter(
+            "siftstream_gateway_records", "Inbox records the gateway handled.", ["outcome"], registry=registry
+        )
+        self.gateway_grants = Counter(
+            "siftstream_gateway_channel_grants", "Channel read grants the gateway added.", registry=registry
+        )
+        self.gateway_errors = Counter(
+            "siftstream_gateway_errors", "Errors of the gateway's or the grants' loop.", registry=registry
+        )
+        self.gateway_up = Gauge("siftstream_gateway_up", "1 while the gateway's threads run.", registry=registry)
         self._seen: dict[tuple[str, str], float] = {}
         self._rates: dict[str, dict[str, float]] = {}
 
@@ -232,6 +250,14 @@ class JobMetrics:
 
     def restarted(self, job: str) -> None:
         self.restarts.labels(job=job).inc()
+
+    def access(self, status: Mapping[str, Any], before: Mapping[str, Any]) -> None:
+        """The gateway's counts (``infra.security.AccessService.status``) grown since ``before``."""
+        self.gateway_records.labels(outcome="forwarded").inc(status["forwarded"] - before.get("forwarded", 0))
+        self.gateway_records.labels(outcome="dead_letter").inc(status["rejected"] - before.get("rejected", 0))
+        self.gateway_grants.inc(status["granted"] - before.get("granted", 0))
+        self.gateway_errors.inc(status["errors"] - before.get("errors", 0))
+        self.gateway_up.set(1 if status["up"] else 0)
 
     def matched(self, events: int, matches: int) -> None:
         """One matching batch's counts."""

@@ -8,7 +8,9 @@ each by its module's ``build_query``/``build_queries`` with its own scheduler po
 resumes where ``siftstream match-job`` stopped and ``siftstream status`` reads both); the HTTP
 server (:mod:`streaming.web`: the live dashboard at ``/``, ``/metrics`` with
 :mod:`streaming.metrics`); with ``demo``, the live feeds of :mod:`streaming.feeds` as child
-processes. Why one application rather than one per job, measured:
+processes; with ``gateway`` (a secured deployment: docs/guide/security.md), the subscription
+gateway and the channel grants (:class:`infra.security.AccessService`) in two threads, their
+counts in the metrics and the log. Why one application rather than one per job, measured:
 docs/decisions/serve-one-spark-application.md.
 
 The supervisor loop (:class:`Supervisor`, every ``poll_s``) reads each query's progress into the
@@ -18,7 +20,7 @@ after :meth:`Backoff.delay` seconds, rebuilding its handler from the checkpoint 
 restart rules make the replayed batch write identical records). A job that ran
 ``Backoff.reset_after_s`` without failing starts counting failures from zero again.
 
-Stopping (Ctrl-C or SIGTERM): the feeds are terminated, every query is stopped (Spark's
+Stopping (Ctrl-C or SIGTERM): the feeds are terminated, the gateway's threads end, every query is stopped (Spark's
 ``stopTimeout`` bounds each), the matching job's delivery stage is closed, Spark stops, then the
 HTTP server; checkpoints hold the last committed batch, and the next ``serve`` resumes from them.
 A second signal exits at once.
@@ -121,6 +123,9 @@ class ServeConfig:
     max_offsets_per_trigger : int, optional
         Every query's cap on the records one micro-batch reads (Spark's ``maxOffsetsPerTrigger``):
         a backlog is worked off in bounded batches instead of one huge one.
+    gateway : KafkaConnection, optional
+        The ``admin`` profile's connection: run the subscription gateway (as ``conn``, the jobs
+        profile) and grant each subscriber its channels (as this) while serve runs.
     """
 
     conn: KafkaConnection
@@ -143,6 +148,7 @@ class ServeConfig:
     quiet: bool = True
     kafka_config: str | None = None
     max_offsets_per_trigger: int | None = None
+    gateway: KafkaConnection | None = None
 
     def checkpoint(self, job: str) -> Path:
         return self.checkpoint_dir / f"{job}{self.topic_prefix}"
@@ -447,6 +453,21 @@ def _stop_feeds(procs: list[subprocess.Popen[bytes]], grace_s: float = 5.0) -> N
             p.wait()
 
 
+# ---- the gateway --------------------------------------------------------------------------------
+
+
+def _report_access(status: dict[str, Any], before: dict[str, Any], metrics: JobMetrics) -> None:
+    """The access service's counts since ``before`` into the metrics, and a log line when they moved."""
+    metrics.access(status, before)
+    if status != before:
+        _log(
+            f"gateway: {status['forwarded']} subscription records forwarded, {status['rejected']} dead-lettered; "
+            f"{status['granted']} channel grants; {status['errors']} errors"
+            + (f" (last: {status['last_error']})" if status["errors"] != before.get("errors", 0) else ""),
+            logging.INFO if status["up"] and status["errors"] == before.get("errors", 0) else logging.WARNING,
+        )
+
+
 # ---- HTTP --------------------------------------------------------------------------------------
 
 
@@ -498,9 +519,16 @@ def serve(cfg: ServeConfig, stop_event: threading.Event | None = None) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     feeds: list[subprocess.Popen[bytes]] = []
     stop_http: Callable[[], None] | None = None
-    spark = supervisor = None
+    spark = supervisor = access = None
+    access_seen: dict[str, Any] = {}
     try:
         metrics = JobMetrics()
+        if cfg.gateway is not None:
+            from infra.security import AccessService
+
+            access = AccessService(cfg.conn, cfg.gateway, cfg.topic_prefix)
+            access.start()
+            _log("the subscription gateway and the channel grants started (docs/guide/security.md)")
         if cfg.http_port >= 0:
             url, stop_http = start_http(cfg)
             _log((f"the dashboard at {url} and " if cfg.dashboard else "") + f"the metrics at {url}metrics")
@@ -521,12 +549,16 @@ def serve(cfg: ServeConfig, stop_event: threading.Event | None = None) -> int:
         while not stopping.wait(cfg.poll_s):
             if supervisor is not None and not stopping.is_set():
                 supervisor.check()
+            if access is not None:
+                _report_access(status := access.status(), access_seen, metrics)
+                access_seen = status
         return 0
     finally:
         started = time.monotonic()
         _log("stopping ...")
         _stop_feeds(feeds)
         for what, step in (
+            ("the gateway", None if access is None else access.stop),
             ("the jobs", None if supervisor is None else supervisor.stop),
             ("Spark", None if spark is None else spark.stop),
             ("the HTTP server", stop_http),

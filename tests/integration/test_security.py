@@ -8,6 +8,7 @@ has a twin that is allowed, so that a broken setup (nothing works) fails the tes
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,9 +21,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from infra import kafka, security
 from infra.connection import KafkaConnection
 from infra.topics import ensure_topics
+from producers.kafka_writer import KafkaWriter
 from producers.produce import ProduceConfig, produce_events
+from routing.channels.assignment import LOBBY
 from schemas.codec import codec_for
 from schemas.topics import (
+    CHANNELS_TOPIC,
     DEADLETTER_TOPIC,
     EVENTS_TOPIC,
     MATCHES_TOPIC,
@@ -41,6 +45,7 @@ pytestmark = pytest.mark.kafka
 
 PREFIX = f"s{uuid.uuid4().hex[:8]}."
 ALICE, BOB = security.subscriber_principal("alice"), security.subscriber_principal("bob")
+CAROL = security.subscriber_principal("carol")
 ROLES = ("publisher", "jobs", ALICE, BOB)
 CHANNELS = {ALICE: 0, BOB: 1}
 
@@ -232,3 +237,142 @@ def test_a_secured_subscriber_receives_its_events_through_the_matching_job(spark
     assert sorted(got) == sorted(wanted)
     matched = {r.value["event_id"] for r in read_topic(jobs, PREFIX + MATCHES_TOPIC, "Match")}
     assert set(wanted) <= matched
+
+
+def _wait(condition: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.2)
+    return value
+
+
+def _planned(version: int, k: int, members: dict[int, list[str]], subscribers: dict[int, list[str]]) -> bytes:
+    """A planned ``ChannelAssignment`` (the channels job's record) placing ``members`` per channel."""
+    record = {
+        "version": version,
+        "stage": "planned",
+        "created_at": int(time.time() * 1000),
+        "k": k,
+        "reason": "reclustered",
+        "detail": "planned by the test",
+        "method": "test",
+        "sample_events": 0,
+        "waste_ratio": None,
+        "flooding_waste_ratio": None,
+        "previous_waste_ratio": None,
+        "channels": [
+            {
+                "channel": c,
+                "subscription_ids": sorted(members.get(c, [])),
+                "subscriber_ids": sorted(subscribers.get(c, [])),
+                "deliveries": 0,
+                "waste_ratio": None,
+            }
+            for c in range(k)
+        ],
+        "handover": [],
+    }
+    return codec_for("ChannelAssignment").encode(record)
+
+
+def test_a_subscriber_moved_to_another_channel_is_granted_it_and_keeps_receiving(
+    spark, secured, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """serve's access service (the gateway and the channel grants, ``serve --gateway``) runs.
+    carol, given only the lobby when her user was made, subscribes through her inbox and gets her
+    events in the lobby; then an assignment (the channels job's record, written as jobs) moves her
+    subscription to channel 2 and the matching job's delivery stage installs it: she goes on
+    receiving there with no grant made by hand, and still cannot read bob's channel 1."""
+    _, sec = secured
+    sec.ensure((CAROL,))
+    admin, jobs = _conn(secured, security.ADMIN), _conn(secured, "jobs")
+    security.add_users(admin, {CAROL: sec.password(CAROL)})
+    security.grant_subscriber(admin, CAROL, PREFIX, [LOBBY])  # as the operator makes a subscriber
+    publisher, carol = _conn(secured, "publisher"), _conn(secured, CAROL)
+    service = security.AccessService(jobs, admin, PREFIX)
+    service.start()
+    matching = MatchingConfig(conn=jobs, checkpoint=tmp_path / "ckpt", topic_prefix=PREFIX, available_now=True)
+    try:
+        with Subscriber(conn=carol, topic_prefix=PREFIX, subscriber_id="carol", inbox=True) as client:
+            sub = client.subscribe("carol_tag = 'c'")
+            _wait(lambda: service.counts.forwarded >= 1, 60, "the gateway to forward carol's subscription")
+            with Publisher(conn=publisher, topic_prefix=PREFIX, publisher_id="p-carol") as pub:
+                lobby = [pub.publish({"carol_tag": "c", "n": i}) for i in range(5)]
+            run_matching(spark, matching)
+            got = [e["event_id"] for e in sub.events(max_events=len(lobby), timeout_s=60)]
+            assert sorted(got) == sorted(lobby) and sub.channel == LOBBY
+
+            # the channels job moves her subscription to channel 2 (k = 3); the delivery stage
+            # installs that version in the matching job's next batch
+            writer = KafkaWriter(jobs)
+            writer.send(PREFIX + CHANNELS_TOPIC, "99", _planned(99, 3, {2: [sub.subscription_id]}, {2: ["carol"]}))
+            assert not writer.flush(30).failed
+            with Publisher(conn=publisher, topic_prefix=PREFIX, publisher_id="p-carol") as pub:
+                moved = [pub.publish({"carol_tag": "c", "n": i}) for i in range(5, 10)]
+            run_matching(spark, matching)
+            got = [e["event_id"] for e in sub.events(max_events=len(moved), timeout_s=90)]
+            assert sorted(got) == sorted(moved)
+            assert (sub.channel, sub.version) == (2, 99)
+        status = service.status()
+    finally:
+        assert service.stop()
+    print(f"\naccess service: {status}")
+    assert status["up"] and status["errors"] == 0, status
+    assert status["granted"] >= 2  # carol's channel 2, and every subscriber's lobby
+    values, err = _read(carol, channel_topic(2, PREFIX), "siftstream-client-carol-r")
+    assert err is None and values  # granted by the service
+    values, err = _read(carol, channel_topic(1, PREFIX), "siftstream-client-carol-r")
+    assert values == [] and _refused(err), err  # bob's channel: not hers
+
+
+def test_serve_runs_the_gateway_with_its_counts_in_the_metrics_and_stops_it(secured, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``siftstream serve --gateway`` (no job, as the jobs profile, the admin profile for the
+    grants): a subscription written to an inbox reaches the table, ``/metrics`` and the log count
+    it, and SIGTERM stops the service with exit code 0."""
+    import signal
+    import subprocess
+    import urllib.request
+
+    cfg, sec = secured
+    jobs, alice = _conn(secured, "jobs"), _conn(secured, ALICE)
+    [port] = kafka.free_ports(1)
+    log = tmp_path / "serve.log"
+    command = [
+        *("serve", "--bootstrap-servers", cfg.bootstrap, "--kafka-config", str(sec.profile("jobs"))),
+        *("--gateway", str(sec.profile(security.ADMIN)), "--jobs", "none", "--topic-prefix", PREFIX),
+        *("--http-port", str(port), "--no-dashboard", "--home", str(tmp_path / "home")),
+    ]
+    root = Path(__file__).resolve().parents[2]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(root / ".venv" / "bin" / "siftstream"), *command], stdout=out, stderr=out, cwd=root
+        )
+    try:
+
+        def forwarded() -> float:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                    text = response.read().decode()
+            except OSError:
+                return 0.0
+            line = 'siftstream_gateway_records_total{outcome="forwarded"} '
+            return sum(float(x.removeprefix(line)) for x in text.splitlines() if x.startswith(line))
+
+        _wait(
+            lambda: proc.poll() is not None or "gateway and the channel grants started" in log.read_text(), 60, "serve"
+        )
+        assert proc.poll() is None, log.read_text()[-3000:]
+        before = forwarded()
+        with Subscriber(conn=alice, topic_prefix=PREFIX, subscriber_id="alice", inbox=True) as client:
+            sid = client.subscribe("served = true").subscription_id
+            _wait(lambda: forwarded() > before, 90, "the served gateway to forward the subscription")
+        table = read_topic(jobs, PREFIX + SUBSCRIPTIONS_TOPIC, "Subscription")
+        assert sid.encode() in {r.key for r in table}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(60)
+    text = log.read_text()
+    print(f"\nserve --gateway exit code {rc}; gateway lines: {[x for x in text.splitlines() if 'gateway:' in x][-2:]}")
+    assert rc == 0, text[-3000:]
+    assert "subscription records forwarded" in text and "stopped in" in text
