@@ -8,6 +8,8 @@ has a twin that is allowed, so that a broken setup (nothing works) fails the tes
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 import uuid
 from collections import Counter
@@ -26,12 +28,17 @@ from producers.produce import ProduceConfig, produce_events
 from routing.channels.assignment import LOBBY
 from schemas.codec import codec_for
 from schemas.topics import (
+    BROKER_TELEMETRY_TOPIC,
     CHANNELS_TOPIC,
+    COMPOSITES_TOPIC,
     DEADLETTER_TOPIC,
     EVENTS_TOPIC,
     MATCHES_TOPIC,
+    QOS_TOPIC,
     RECEIPTS_TOPIC,
+    ROUTES_TOPIC,
     SUBSCRIPTIONS_TOPIC,
+    TOPOLOGY_TOPIC,
     channel_spec,
     channel_topic,
 )
@@ -324,6 +331,118 @@ def test_a_subscriber_moved_to_another_channel_is_granted_it_and_keeps_receiving
     assert err is None and values  # granted by the service
     values, err = _read(carol, channel_topic(1, PREFIX), "siftstream-client-carol-r")
     assert values == [] and _refused(err), err  # bob's channel: not hers
+
+
+def test_the_qos_routes_composites_and_channels_jobs_run_with_the_jobs_profile(  # type: ignore[no-untyped-def]
+    spark, secured, tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each job on a deployment of its own (a topic prefix with the jobs ACLs of ``role_grants``),
+    inputs written as admin (no role writes topology or telemetry), run available-now as ``jobs``:
+    each writes its output, and neither Spark's Kafka clients nor the Python ones log an
+    authorisation failure."""
+    from routing.monitors.channels import ChannelMonitorConfig
+    from streaming import channels_job, composites_job, qos_job, routes_job
+    from streaming.client import subscription_record as sub_record
+    from tests.integration import test_channels_job as ch
+    from tests.integration import test_routes_job as rt
+
+    admin, jobs = _conn(secured, security.ADMIN), _conn(secured, "jobs")
+    writer = KafkaWriter(admin)
+    epoch = 1_760_000_000_000
+
+    def deployment() -> str:
+        prefix = f"j{uuid.uuid4().hex[:8]}."
+        ensure_topics(admin, prefix)
+        security.apply_grants(admin, security.role_grants("jobs", prefix))
+        return prefix
+
+    def send(prefix: str, topic: str, schema: str, records: list[dict[str, Any]], key: str) -> None:
+        codec = codec_for(schema)
+        for r in records:
+            writer.send(prefix + topic, str(r[key]), codec.encode(r))
+        assert not writer.flush(60).failed
+
+    caplog.set_level(logging.INFO)
+    outputs: dict[str, int] = {}
+    common = {"conn": jobs, "available_now": True}
+
+    # QoS: a subscription, events, receipts, and a broker sample past every deadline
+    p = deployment()
+    send(
+        p,
+        SUBSCRIPTIONS_TOPIC,
+        "Subscription",
+        [sub_record("qa-1", "qa", "price < 50", broker="b1", deadline_ms=1000)],
+        "subscription_id",
+    )
+    events = [
+        {"event_id": f"ev{i}", "publisher_id": "p1", "published_at": epoch + 100 * i, "lifetime_ms": 60_000,
+         "attributes": {"price": float(i % 100)}}
+        for i in range(40)
+    ]  # fmt: skip
+    send(p, EVENTS_TOPIC, "Event", events, "publisher_id")
+    receipts = [
+        {"subscriber_id": "qa", "event_id": e["event_id"], "received_at": e["published_at"] + 50} for e in events
+    ]
+    send(p, RECEIPTS_TOPIC, "Receipt", receipts, "subscriber_id")
+    sample = {"broker_id": "b1", "event_id": None, "arrived_at": epoch + 200_000, "wait_ms": 0.0, "service_ms": 1.0,
+              "queue_length": 0}  # fmt: skip
+    send(p, BROKER_TELEMETRY_TOPIC, "BrokerSample", [sample], "broker_id")
+    qos_job.run(spark, qos_job.QosConfig(checkpoint=tmp_path / "qos", topic_prefix=p, **common), quiet=True)
+    outputs["qos"] = len(read_topic(jobs, p + QOS_TOPIC, "QosReport"))
+
+    # routes: the overlay, its subscriptions and two minutes of matches
+    p = deployment()
+    topo = rt.overlay()
+    send(p, TOPOLOGY_TOPIC, "TopologyElement", topo.topology_records(), "element_id")
+    send(p, SUBSCRIPTIONS_TOPIC, "Subscription", rt.subscriptions(topo), "subscription_id")
+    send(p, MATCHES_TOPIC, "Match", rt.matches(0, 120), "event_id")
+    routes_job.run(spark, routes_job.RoutesConfig(checkpoint=tmp_path / "routes", topic_prefix=p, **common), quiet=True)
+    outputs["routes"] = len(read_topic(jobs, p + ROUTES_TOPIC, "RoutePlan"))
+
+    # composites: a hotel, then a flight within 3 s
+    p = deployment()
+    topology = [{"element_id": "b1", "kind": "broker"}, {"element_id": "pf", "kind": "publisher", "broker": "b1"}]
+    send(p, TOPOLOGY_TOPIC, "TopologyElement", topology, "element_id")
+    tree = {"op": "seq", "within_ms": 3000, "children": ["kind = 'hotel'", "kind = 'flight'"]}
+    order = {"type": "subscribe", "subscription_id": "order", "subscriber_id": "u-order", "broker": "b1",
+             "composite": json.dumps(tree)}  # fmt: skip
+    send(p, SUBSCRIPTIONS_TOPIC, "Subscription", [order], "subscription_id")
+    trips = [
+        {"event_id": f"{kind}{t}", "publisher_id": "pf", "published_at": epoch + t, "lifetime_ms": 60_000,
+         "attributes": {"kind": kind}}
+        for t in range(0, 20_000, 1000)
+        for kind in ("hotel", "flight")
+    ]  # fmt: skip
+    send(p, EVENTS_TOPIC, "Event", trips, "event_id")
+    cfg = composites_job.CompositesConfig(
+        checkpoint=tmp_path / "composites", topic_prefix=p, lateness_ms=1000, **common
+    )
+    composites_job.run(spark, cfg, quiet=True)
+    outputs["composites"] = len(read_topic(jobs, p + COMPOSITES_TOPIC, "CompositeDetection"))
+
+    # channels: two groups of four subscriptions with disjoint load
+    p = deployment()
+    subs = [
+        {"type": "subscribe", "subscription_id": s, "subscriber_id": f"user-{s[0]}", "filter": f"g = '{s[0]}'"}
+        for s in ch.A + ch.B
+    ]
+    send(p, SUBSCRIPTIONS_TOPIC, "Subscription", subs, "subscription_id")
+    send(p, MATCHES_TOPIC, "Match", ch.matches([ch.A, ch.B], 200, 0, "e"), "event_id")
+    monitor = ChannelMonitorConfig(k=2, sample_events=200, min_interval_ms=10_000, method="spectral-ncut")
+    channels_job.run(
+        spark,
+        channels_job.ChannelsConfig(checkpoint=tmp_path / "channels", monitor=monitor, topic_prefix=p, **common),
+        quiet=True,
+    )
+    outputs["channels"] = len(read_topic(jobs, p + CHANNELS_TOPIC, "ChannelAssignment"))
+
+    out, err = capfd.readouterr()
+    logged = out + err + caplog.text
+    print(f"\noutput records written as jobs: {outputs}")
+    assert all(n > 0 for n in outputs.values()), outputs
+    for refusal in ("AUTHORIZATION_FAILED", "AuthorizationException", "Authorization failed"):
+        assert refusal not in logged, logged[logged.index(refusal) - 500 :][:1500]
 
 
 def test_serve_runs_the_gateway_with_its_counts_in_the_metrics_and_stops_it(secured, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
