@@ -34,7 +34,7 @@ import sys
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate, chain, compress, count, repeat
-from operator import add, attrgetter, eq, is_, is_not, itemgetter, not_
+from operator import attrgetter, eq, is_, is_not, itemgetter, not_
 from typing import Any, Final, TypeAlias, cast
 
 import numpy as np
@@ -375,7 +375,6 @@ _OPS: Final = {
     Op.GE.name: K.O_GE, Op.BETWEEN.name: K.O_BETWEEN, Op.IN.name: K.O_IN, Op.NOT_IN.name: K.O_NOT_IN,
 }  # fmt: skip
 _SYMBOL_OPS: Final = {"=": K.O_EQ, "!=": K.O_NE, "<": K.O_LT, "<=": K.O_LE, ">": K.O_GT, ">=": K.O_GE}
-_SYMBOL_OPS_BETWEEN: Final = {**_SYMBOL_OPS, "": K.O_BETWEEN}  # findall's groups: no symbol for between
 _DOUBLE_INTS: Final = 2**53  # integers up to this magnitude are exact doubles
 _NUMBER: Final = Kind.NUMBER
 
@@ -438,49 +437,31 @@ _COMPACT_MIN: Final = 1 << 14  # garbage predicate records that a flush leaves i
 _ORDER_RECORDS: Final = 4  # leading records of a filter that order new fids
 
 
-def _simple_columns(
-    texts: Sequence[str],
-) -> tuple[list[Sequence[str]], list[Sequence[str]], list[Sequence[str]], list[Sequence[str]]]:
-    """Per text that ``_SIMPLE_FILTER`` accepts, its predicates' names, symbols ("" for
-    ``between``) and first and last literals as text (empty for a string or boolean literal; the
-    number twice for a comparison).
+def _between_columns(text: str) -> tuple[list[str], list[str], list[str]] | None:
+    """The names and low and high literals of a text of ``between`` predicates alone written with
+    single words (``a between 1 and 2 and b between 3 and 4``: any whitespace, lower-case
+    keywords), split at its whitespace; None for a text of another form.
 
-    A text of ``between`` predicates alone written with single spaces and lower-case keywords
-    (``a between 1 and 2 and b between 3 and 4``) is split at its whitespace: its words are then
-    name, ``between``, low, ``and``, high, and ``and`` between predicates, the split that
-    ``_SIMPLE_PREDICATE`` makes (the text is of the simple shapes, so a name word holds no
-    operator and the literals are numbers). Others take ``_SIMPLE_PREDICATE.findall``.
+    For a text that ``_SIMPLE_FILTER`` accepts, the words are then name, ``between``, low,
+    ``and``, high, and ``and`` between predicates, the split that ``_SIMPLE_PREDICATE`` makes (a
+    name word holds no operator, or the pattern would have failed there, and the literals are
+    integers).
 
-    >>> _simple_columns(["a between 1 and 2 and b between -3 and 4", "c=5 and d = 'x'"])[2]
-    [['1', '-3'], ('5', '')]
+    >>> _between_columns("a between 1 and 2 and b between -3 and 4")
+    (['a', 'b'], ['1', '-3'], ['2', '4'])
+    >>> _between_columns("a = 1") is None
+    True
     """
-    names: list[Sequence[str]] = []
-    symbols: list[Sequence[str]] = []
-    xs: list[Sequence[str]] = []
-    ys: list[Sequence[str]] = []
-    findall = _SIMPLE_PREDICATE.findall
-    for text in texts:
-        words = text.split()
-        k = (len(words) + 1) // 6
-        if (
-            len(words) == 6 * k - 1
-            and words[1::6].count("between") == k
-            and words[3::6].count("and") == k
-            and words[5::6].count("and") == k - 1
-        ):
-            names.append(words[0::6])
-            symbols.append(("",) * k)
-            xs.append(words[2::6])
-            ys.append(words[4::6])
-            continue
-        name, symbol, number, _, _, low, high = zip(*findall(text), strict=True)
-        # a number literal is in ``number`` (comparisons) or ``low`` and ``high`` (between), the
-        # other groups empty: the concatenations are the literals, empty for a string or boolean
-        names.append(name)
-        symbols.append(symbol)
-        xs.append(tuple(map(add, number, low)))
-        ys.append(tuple(map(add, number, high)))
-    return names, symbols, xs, ys
+    words = text.split()
+    k = (len(words) + 1) // 6
+    if (
+        len(words) == 6 * k - 1
+        and words[1::6].count("between") == k
+        and words[3::6].count("and") == k
+        and words[5::6].count("and") == k - 1
+    ):
+        return words[0::6], words[2::6], words[4::6]
+    return None
 
 
 def _record_order(
@@ -930,61 +911,63 @@ class MatchIndex:
         return list(map(_FIRST, compiled)), list(map(_SECOND, compiled)), list(map(_THIRD, compiled))
 
     def _compile_simple_many(self, texts: Sequence[str]) -> list[_Compiled | None]:
-        """``_compile_simple`` of each text, the texts whose every predicate is an integer literal's
-        comparison or ``between`` (literals of at most 15 characters: exact doubles) compiled
-        together: the predicates found by one ``findall`` per text, their records made by numpy
-        over the whole batch (literals read as doubles, sorted per filter by ``lexsort``), the new
-        literals made cuts in their order in the batch while there is room, as one by one. The
-        others go through ``_compile_simple`` first (so new attributes are numbered in the order
-        met, those texts' first). Equal to ``_compile_simple`` text by text once the attributes
-        are known (tests/unit/matching/test_index_churn.py).
+        """``_compile_simple`` of each text, the texts of ``between`` predicates alone with literals
+        of at most 15 characters (exact doubles) written as single words (W1's texts:
+        ``_between_columns``) compiled together: their records made by numpy over the whole
+        batch (literals read as doubles, sorted per filter by ``lexsort``), the new literals made
+        cuts in their order in the batch while there is room, as one by one. The others go
+        through ``_compile_simple`` first (each predicate cached by its text), so new attributes
+        are numbered in the order met, those texts' first. Equal to ``_compile_simple`` text by
+        text once the attributes are known (tests/unit/matching/test_index_churn.py).
 
         Examples
         --------
         >>> index = MatchIndex()
-        >>> first, second = index._compile_simple_many(["b between 2 and 9 and a < 5", "c = 'q'"])
+        >>> first, second = index._compile_simple_many(["b between 2 and 9 and a between 0 and 5", "c = 'q'"])
         >>> first[0], index._attr_names  # (attribute << 8 | kind << 4 | operator, low, high, list)
-        (((310, 2.0, 9.0, ()), (562, 5.0, 5.0, ())), ['c', 'b', 'a'])
-        >>> first == index._compile_simple("b between 2 and 9 and a < 5"), second[0]
+        (((310, 2.0, 9.0, ()), (566, 0.0, 5.0, ())), ['c', 'b', 'a'])
+        >>> first == index._compile_simple("b between 2 and 9 and a between 0 and 5"), second[0]
         (True, ((64, 0.0, 0.0, ()),))
         """
         out: list[_Compiled | None] = [None] * len(texts)
-        step = 1 << 15  # texts per pass: bounds the temporary columns
-        for start in range(0, len(texts), step):
-            chunk = texts[start : start + step]
-            by_text = _simple_columns(chunk)
-            counts = np.fromiter(map(len, by_text[0]), dtype=np.int64, count=len(chunk))
-            names, symbols, xs, ys = (list(chain.from_iterable(column)) for column in by_text)
-            bad = np.fromiter(map(not_, xs), dtype=bool, count=len(xs))
-            if max(map(len, xs)) > 15 or max(map(len, ys)) > 15:  # an integer a double may not hold
-                bad |= np.fromiter(map(len, xs), dtype=np.int64, count=len(xs)) > 15
-                bad |= np.fromiter(map(len, ys), dtype=np.int64, count=len(ys)) > 15
-            starts = np.cumsum(counts) - counts
-            text_bad = np.add.reduceat(bad, starts) > 0
-            for i in np.flatnonzero(text_bad).tolist():
-                out[start + i] = self._compile_simple(chunk[i])
+        split = list(map(_between_columns, texts))
+        at = [i for i, cols in enumerate(split) if cols is not None]
+        for i in (i for i, cols in enumerate(split) if cols is None):
+            out[i] = self._compile_simple(texts[i])
+        if not at:
+            return out
+        columns = [cast(tuple[list[str], list[str], list[str]], split[i]) for i in at]
+        counts = np.fromiter(map(len, map(_FIRST, columns)), dtype=np.int64, count=len(at))
+        names, lows, highs = (list(chain.from_iterable(map(part, columns))) for part in (_FIRST, _SECOND, _THIRD))
+        long = max(map(len, lows)) > 15 or max(map(len, highs)) > 15  # an integer a double may not hold
+        if long:
+            bad = np.fromiter(map(len, lows), dtype=np.int64, count=len(lows)) > 15
+            bad |= np.fromiter(map(len, highs), dtype=np.int64, count=len(highs)) > 15
+            text_bad = np.add.reduceat(bad, np.cumsum(counts) - counts) > 0
+            for j in np.flatnonzero(text_bad).tolist():
+                out[at[j]] = self._compile_simple(texts[at[j]])
             good = ~text_bad
-            if not good.any():
-                continue
             keep = np.repeat(good, counts).tolist()
-            names_k = list(compress(names, keep))
-            for name in dict.fromkeys(names_k):  # new attributes in the order they come
-                if name not in self._attr_of:
-                    self._attr(name)
-            n = len(names_k)
-            attrs = np.fromiter(map(self._attr_of.__getitem__, names_k), dtype=np.int64, count=n)
-            ops = np.fromiter(map(_SYMBOL_OPS_BETWEEN.__getitem__, compress(symbols, keep)), dtype=np.int64, count=n)
-            x = np.fromiter(map(float, compress(xs, keep)), dtype=np.float64, count=n) + 0.0  # + 0.0: no -0.0
-            y = np.fromiter(map(float, compress(ys, keep)), dtype=np.float64, count=n) + 0.0
-            self._cut_many(attrs, x, y)
-            codes = attrs << 8 | K.P_NUMBER << 4 | ops
-            owner = np.repeat(np.arange(len(chunk)), np.where(good, counts, 0))
-            order = np.lexsort((y, x, codes, owner))
-            flat = list(zip(codes[order].tolist(), x[order].tolist(), y[order].tolist(), repeat(()), strict=False))
-            stops = np.cumsum(counts[good]).tolist()
-            recs = list(map(tuple, map(flat.__getitem__, map(slice, [0, *stops[:-1]], stops))))
-            for i, rec, key in zip(np.flatnonzero(good).tolist(), recs, map(hash, recs), strict=True):
-                out[start + i] = (rec, None, key)
+            names, lows, highs = (list(compress(col, keep)) for col in (names, lows, highs))
+            at = list(compress(at, good.tolist()))
+            counts = counts[good]
+            if not at:
+                return out
+        for name in dict.fromkeys(names):  # new attributes in the order they come
+            if name not in self._attr_of:
+                self._attr(name)
+        n = len(names)
+        attrs = np.fromiter(map(self._attr_of.__getitem__, names), dtype=np.int64, count=n)
+        x = np.fromiter(map(float, lows), dtype=np.float64, count=n) + 0.0  # + 0.0: no -0.0
+        y = np.fromiter(map(float, highs), dtype=np.float64, count=n) + 0.0
+        self._cut_many(attrs, x, y)
+        codes = attrs << 8 | (K.P_NUMBER << 4 | K.O_BETWEEN)
+        order = np.lexsort((y, x, codes, np.repeat(np.arange(len(at)), counts)))
+        flat = list(zip(codes[order].tolist(), x[order].tolist(), y[order].tolist(), repeat(()), strict=False))
+        stops = np.cumsum(counts).tolist()
+        recs = list(map(tuple, map(flat.__getitem__, map(slice, [0, *stops[:-1]], stops))))
+        for i, rec, key in zip(at, recs, map(hash, recs), strict=True):
+            out[i] = (rec, None, key)
         return out
 
     def _cut_many(self, attrs: npt.NDArray[np.int64], x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> None:
@@ -997,6 +980,7 @@ class MatchIndex:
                 continue
             on = attrs == a
             seq = np.column_stack((x[on], y[on])).ravel()
+            seq = seq[~np.isin(seq, np.fromiter(cuts, dtype=np.float64, count=len(cuts)))]  # new literals
             pos, size = 0, 4 * limit
             while pos < len(seq) and len(cuts) < limit:  # a prefix at a time: the cuts fill early
                 values, first = np.unique(seq[pos : pos + size], return_index=True)
