@@ -17,6 +17,12 @@ Roles and their principals (SCRAM user names):
   creates those), uses Spark's and the jobs' consumer groups;
 - ``admin``: the super user (creates topics, users and ACLs; the broker's own identity).
 
+What runs beside the jobs (:class:`AccessService`, started by ``siftstream serve --gateway``): the
+subscription gateway (:func:`forward_subscriptions`, as ``jobs``: each subscriber's inbox to the
+subscriptions table, only the subscriptions it owns) and the channel grants
+(:func:`follow_channel_grants`, as ``admin``: each subscriber may read the channels its
+subscriptions are planned on).
+
 Everything lives under one home (a ``BrokerConfig.home``): ``security/`` holds the CA, the
 broker's PKCS12 keystore, ``ca.pem`` (the clients' trust) and ``users.json`` (the generated
 passwords, mode 0600); ``profiles/<role>.properties`` are the ``--kafka-config`` files.
