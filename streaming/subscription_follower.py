@@ -127,6 +127,7 @@ class SubscriptionFollower:
     rejected: int = 0
     catch_ups: int = 0
     _consumer: Any = None
+    _asker: Any = None
     _partitions: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -157,12 +158,20 @@ class SubscriptionFollower:
         return consumer
 
     def ends(self) -> dict[int, int]:
-        """Each partition's end now (its high watermark), asked of the broker."""
+        """Each partition's end now (its high watermark), asked of the broker.
+
+        The question goes through a second consumer with no assignment, on its own connection: a
+        broker answers one connection's requests in order, and the reading consumer's connection
+        usually holds a fetch that waits at the end of the partition (``fetch.wait.max.ms``), so
+        asked there the answer would wait for it."""
+        from confluent_kafka import Consumer
+
         from streaming.readers import watermarks
 
         if self._consumer is None:
             self._consumer = self._open()
-        return {p: watermarks(self._consumer, self.spec.topic, p)[1] for p in self._partitions}
+            self._asker = Consumer(self.spec.conn.confluent(**{"group.id": "siftstream-direct-follower"}))
+        return {p: watermarks(self._asker, self.spec.topic, p)[1] for p in self._partitions}
 
     def catch_up(self) -> int:
         """Read every record below the topic's current ends and apply it; return how many were read."""
@@ -209,9 +218,10 @@ class SubscriptionFollower:
         self.rejected += sum(o.rejection is not None for o in outcomes)
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        for client in (self._consumer, self._asker):
+            if client is not None:
+                client.close()
+        self._consumer = self._asker = None
 
 
 _FOLLOWERS: OrderedDict[FollowSpec, SubscriptionFollower] = OrderedDict()
