@@ -49,6 +49,7 @@ from schemas.rules import dead_letter
 from schemas.segments import Segments, assemble, const, entry_runs, len_prefixed, slotted, table, varints
 
 __all__ = [
+    "CHANNEL_RECORD_BYTES",
     "OUTPUT_NAMES",
     "OUTPUT_SCHEMA",
     "Targets",
@@ -61,6 +62,11 @@ __all__ = [
 OUTPUT_SCHEMA = "topic string, key binary, value binary"  # what Spark's Kafka sink writes
 OUTPUT_NAMES = [f.split()[0] for f in OUTPUT_SCHEMA.split(", ")]
 _MAX_CHUNK_BYTES = (1 << 31) - 1  # an Arrow binary column's int32 offsets
+CHANNEL_RECORD_BYTES = 512 * 1024
+"""The most bytes of events one ``ChannelEvents`` record holds (more than one event only when they
+fit): half of the Kafka producer's default ``max.request.size`` (1 MiB) and the topics' default
+``max.message.bytes``, so that a large micro-batch (a backlog read after an overload) is written as
+several records instead of failing the query with ``RecordTooLargeException``."""
 
 
 @dataclass(frozen=True)
@@ -209,12 +215,19 @@ def delivery_pairs(
 
 
 def delivery_batch(
-    rb: pa.RecordBatch, events: DecodedEvents, rows: np.ndarray, chans: np.ndarray, topics: list[str]
+    rb: pa.RecordBatch,
+    events: DecodedEvents,
+    rows: np.ndarray,
+    chans: np.ndarray,
+    topics: list[str],
+    max_bytes: int = CHANNEL_RECORD_BYTES,
 ) -> pa.RecordBatch:
     """The Kafka rows (:data:`OUTPUT_SCHEMA`) of the pairs of :func:`delivery_pairs`: per channel
-    one ``ChannelEvents`` record holding its rows' values as published (``rb``'s ``value``), in row
-    order, keyed by the first one's event id, to ``topics[channel]``. One record per channel and
-    batch rather than one per event: the Kafka sink's cost is per record.
+    ``ChannelEvents`` records holding its rows' values as published (``rb``'s ``value``), in row
+    order, each keyed by its first event's id, to ``topics[channel]``. One record per channel and
+    batch rather than one per event (the Kafka sink's cost is per record), split where its events
+    pass ``max_bytes`` (:data:`CHANNEL_RECORD_BYTES`; an event larger than that alone), so no
+    record passes Kafka's size limits; a reader sees the channel's events in the same order.
 
     >>> from schemas.codec import codec_for, decode
     >>> from schemas.event_records import decode_rows
@@ -241,11 +254,16 @@ def delivery_batch(
     for part_rows, part_chans in zip(np.split(rows, cuts), np.split(chans, cuts), strict=True):
         part = items.take(pa.array(part_rows, pa.int64()))
         offsets = np.frombuffer(part.buffers()[1], dtype=np.int32, count=len(part) + 1, offset=part.offset * 4)
-        body = memoryview(part.buffers()[2])[offsets[0] : offsets[-1]]
-        first = int(part_rows[0])
-        keys.append(events.data[starts[first] : starts[first] + lens[first]].tobytes())
-        out_topics.append(topics[int(part_chans[0])])
-        out_values.append(b"".join((header, zigzag(len(part)), body, b"\x00")))
+        data = memoryview(part.buffers()[2])
+        begin = 0
+        while begin < len(part):  # greedy: as many whole events as fit in max_bytes, at least one
+            end = max(begin + 1, int(np.searchsorted(offsets, offsets[begin] + max_bytes, side="right")) - 1)
+            first = int(part_rows[begin])
+            keys.append(events.data[starts[first] : starts[first] + lens[first]].tobytes())
+            out_topics.append(topics[int(part_chans[0])])
+            body = data[offsets[begin] : offsets[end]]
+            out_values.append(b"".join((header, zigzag(end - begin), body, b"\x00")))
+            begin = end
     return pa.RecordBatch.from_arrays(
         [pa.array(out_topics, pa.string()), pa.array(keys, pa.binary()), pa.array(out_values, pa.binary())],
         names=OUTPUT_NAMES,

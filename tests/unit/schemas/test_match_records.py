@@ -8,6 +8,7 @@ import datetime
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,7 @@ from routing.matching.index import BruteForceIndex, EventBatch, MatchIndex
 from schemas import match_records
 from schemas.codec import codec_for, decode
 from schemas.event_records import decode_rows
+from schemas.fastenc import zigzag
 from schemas.match_records import OUTPUT_NAMES, Targets, match_values, output_batches
 from tests.strategies import INDEX_IDS, index_filters, wire_events
 
@@ -127,3 +129,37 @@ def test_every_row_is_the_codecs_match_or_the_validation_jobs_dead_letter(
             letter = decode(v, "DeadLetter")[1]
             assert (letter["error_code"], letter["source_offset"]) == ("bad_framing", o)
             assert letter["source_topic"] == "events"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 300), min_size=1, max_size=40),
+    st.lists(st.tuples(st.integers(0, 39), st.integers(0, 2)), min_size=1, max_size=80, unique=True),
+    st.integers(1, 2000),
+)
+def test_channel_records_split_by_size_keep_every_event_in_order(
+    pads: list[int], pairs: list[tuple[int, int]], max_bytes: int
+) -> None:
+    """Split or not, a channel's records hold its events once each, in row order, each record keyed by
+    its first event; a record of more than one event stays within ``max_bytes`` of events."""
+    evs = [
+        {"event_id": f"e{i}", "publisher_id": "p", "published_at": 5, "lifetime_ms": 0, "attributes": {"s": "x" * pad}}
+        for i, pad in enumerate(pads)
+    ]
+    values = [codec_for("Event").encode(e) for e in evs]
+    rb = pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], ["value"])
+    events = decode_rows(rb.column("value"))
+    pairs = [(r, c) for r, c in pairs if r < len(evs)] or [(0, 0)]
+    rows = np.array([r for r, _ in pairs], dtype=np.int64)
+    chans = np.array([c for _, c in pairs], dtype=np.int64)
+    out = match_records.delivery_batch(rb, events, rows, chans, ["c0", "c1", "c2"], max_bytes=max_bytes)
+    got: dict[str, list[str]] = {}
+    for topic, key, value in zip(*(out.column(n).to_pylist() for n in OUTPUT_NAMES), strict=True):
+        inner = decode(value, "ChannelEvents")[1]["events"]
+        ids = [decode(v, "Event")[1]["event_id"] for v in inner]
+        assert key == ids[0].encode()
+        if len(inner) > 1:
+            assert sum(len(v) + len(zigzag(len(v))) for v in inner) <= max_bytes
+        got.setdefault(topic, []).extend(ids)
+    want = {f"c{c}": [f"e{r}" for r in sorted(r for r, cc in pairs if cc == c)] for c in set(chans.tolist())}
+    assert got == want
