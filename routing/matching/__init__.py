@@ -14,6 +14,9 @@ language
 index
     :class:`MatchIndex` (bitset rows per attribute bucket, compiled kernels) and its oracle
     :class:`BruteForceIndex`, both taking :class:`EventBatch` and returning :class:`Matches`.
+oracle
+    Where :class:`BruteForceIndex`, :class:`EventBatch` and :class:`Matches` are defined
+    (``index`` re-exports them).
 collector
     :func:`collector_paused`: Python's garbage collector held off (and the heap frozen) during
     bulk loads of subscriptions.

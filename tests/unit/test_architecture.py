@@ -77,11 +77,12 @@ KAFKA_HOMES = (
     "bench/matching_e2e.py",
     "bench/delivery_e2e.py",
     "bench/latency_floor.py",
+    "bench/soak.py",
 )
 """Paths (prefixes) that may import a Kafka client: the writers, broker setup and readers at the
-edge, the tests against the real broker or the fault tier's cluster, and the three end-to-end
-benchmarks that read topics with a raw librdkafka consumer (and measure the broker's own ceiling
-or Spark's latency floor)."""
+edge, the tests against the real broker or the fault tier's cluster, and the four end-to-end
+benchmarks that read topics with a raw librdkafka consumer (and measure the broker's own ceiling,
+Spark's latency floor, or serve's lag and latency over a soak)."""
 
 MAX_LINES = 1500
 
