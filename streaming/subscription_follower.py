@@ -112,6 +112,10 @@ class SubscriptionFollower:
     ----------
     spec : FollowSpec
         What is followed.
+    freeze_first_build : bool
+        End the first load with ``gc.freeze()`` (a long-lived worker process, as
+        :func:`follower_for` makes; off by default so that a follower made in any other process
+        leaves the collector as it found it).
     index : MatchIndex or BruteForceIndex
         The active atomic filters.
     offsets : dict
@@ -121,6 +125,7 @@ class SubscriptionFollower:
     """
 
     spec: FollowSpec
+    freeze_first_build: bool = False
     index: Any = None
     offsets: dict[int, int] = field(default_factory=dict)
     records: int = 0
@@ -211,7 +216,7 @@ class SubscriptionFollower:
         return len(records)
 
     def _apply(self, records: Iterable[SubscriptionRecord], first: bool) -> None:
-        with collector_paused(freeze=first):
+        with collector_paused(freeze=first and self.freeze_first_build):
             outcomes = plan_changes(records)
             self.index.apply([o.change for o in outcomes if o.change is not None])
         self.records += len(outcomes)
@@ -233,7 +238,7 @@ def follower_for(spec: FollowSpec) -> SubscriptionFollower:
     beyond :data:`_MAX_FOLLOWERS` is closed)."""
     follower = _FOLLOWERS.get(spec)
     if follower is None:
-        follower = SubscriptionFollower(spec)
+        follower = SubscriptionFollower(spec, freeze_first_build=True)
         _FOLLOWERS[spec] = follower
         while len(_FOLLOWERS) > _MAX_FOLLOWERS:
             _FOLLOWERS.popitem(last=False)[1].close()

@@ -232,6 +232,7 @@ class Matches:
 
         Examples
         --------
+        >>> from routing.matching.index import MatchIndex
         >>> index = MatchIndex()
         >>> for sid in ("b", "a", "c"):
         ...     index.add(sid, "x > 0")
@@ -249,6 +250,7 @@ class Matches:
         writer may keep what it derives from it); ``ranks`` come from compiled loops (a bitmap
         over the ranks for events with many subscriptions, without spelling out ``slots``).
 
+        >>> from routing.matching.index import MatchIndex
         >>> index = MatchIndex()
         >>> for sid in ("b", "a", "c"):
         ...     index.add(sid, "x > 0" if sid != "b" else "x > 1")

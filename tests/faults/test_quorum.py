@@ -112,7 +112,7 @@ def test_the_cluster_keeps_working_without_one_controller_voter(
     # metadata changes go through the controller quorum: a new topic (2 replicas: only two nodes
     # live) and a topic configuration change
     created = f"q{uuid.uuid4().hex[:8]}.created"
-    injected_retries = create_topic_retrying(admin, NewTopic(created, 1, 2), within_s=90.0)
+    injected_retries = create_topic_retrying(admin, NewTopic(created, 1, 2), within_s=180.0)
     resource = ConfigResource(
         "topic",
         topic,

@@ -9,7 +9,7 @@ import pickle
 from infra.connection import KafkaConnection
 from routing.matching.table import plan_change
 from schemas.codec import codec_for
-from streaming.subscription_follower import FollowSpec, follower_for, subscription_record
+from streaming.subscription_follower import FollowSpec, SubscriptionFollower, follower_for, subscription_record
 
 SUB = codec_for("Subscription")
 
@@ -43,3 +43,16 @@ def test_a_spec_travels_to_the_workers_and_names_one_follower() -> None:
     follower = follower_for(spec)
     assert follower_for(FollowSpec(KafkaConnection("127.0.0.1:1"), "t.siftstream.subscriptions.v1")) is follower
     assert follower.offsets == {} and len(follower.index) == 0  # nothing read until catch_up
+
+
+def test_only_a_workers_follower_freezes_the_heap_after_its_first_load() -> None:
+    """A follower made outside a worker (a test, a tool) leaves the collector as it found it; the
+    worker's own (``follower_for``) takes its first load out of later collections."""
+    import gc
+
+    spec = FollowSpec(KafkaConnection("127.0.0.1:1"), "t2.siftstream.subscriptions.v1")
+    follower = SubscriptionFollower(spec)
+    before = gc.get_freeze_count()
+    follower._apply([subscription_record(b"s1", _sub("s1", "price < 120"))], first=True)
+    assert gc.get_freeze_count() == before and len(follower.index) == 1
+    assert follower_for(spec).freeze_first_build and not follower.freeze_first_build
