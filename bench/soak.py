@@ -299,7 +299,10 @@ def verdict(
     """
     loaded = [r for r in rows if r.get("phase") == "load"]
     slopes = memory_slopes(loaded)
-    memory = {name: {"mb_per_min": s, "flat": abs(s) < flat_mb_per_min} for name, s in slopes.items()}
+    memory = {  # a leak grows; a process that gives memory back (a JVM after a GC) is not one
+        name: {"mb_per_min": s, "flat": abs(s) < flat_mb_per_min, "growing": s >= flat_mb_per_min}
+        for name, s in slopes.items()
+    }
     lag: dict[str, Any] = {}
     burst = schedule.burst_end_s > schedule.burst_start_s
     for job, samples in lag_samples.items():
@@ -315,7 +318,7 @@ def verdict(
     behind = int(lag_samples["matching"][-1][1]) if lag_samples.get("matching") else 0
     lost = missing if missing == 0 or behind == 0 else None  # still behind: not matched yet, not known lost
     ok = (
-        all(m["flat"] for m in memory.values())
+        not any(m["growing"] for m in memory.values())
         and all(j["recovered"] is not False for j in lag.values())
         and missing == 0
     )
@@ -889,7 +892,8 @@ def _print_verdict(v: Mapping[str, Any], schedule: Schedule) -> None:
     print("\nverdict", flush=True)
     print(f"  memory, MB/min over the second half of the load (flat: below {v['flat_mb_per_min']:g}):")
     for name, m in v["memory"].items():
-        print(f"    {name:<14} {m['mb_per_min']:+8.2f}  {'flat' if m['flat'] else 'GROWING'}")
+        state = "flat" if m["flat"] else "GROWING" if m["growing"] else "shrinking"
+        print(f"    {name:<14} {m['mb_per_min']:+8.2f}  {state}")
     burst = f"{schedule.burst_start_s / 60:g}-{schedule.burst_end_s / 60:g} min"
     print(f"  lag, records (burst {burst}; recovered: back at the pre-burst level within {v['recover_within_s']:g} s):")
     for job, j in v["lag"].items():

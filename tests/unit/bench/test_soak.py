@@ -115,7 +115,12 @@ def test_recovery_is_the_first_sample_after_the_burst_back_at_the_pre_burst_leve
 def test_the_verdict_flags_growing_memory_an_unrecovered_job_and_lost_records() -> None:
     s = Schedule(rate=100, seconds=600, burst_start_s=200, burst_end_s=260)
     rows = [
-        {"minute": m, "phase": "load", "rss_mb": {"serve JVM": 900.0, "publisher": 100.0 + 5 * m}} for m in range(1, 11)
+        {
+            "minute": m,
+            "phase": "load",
+            "rss_mb": {"serve JVM": 900.0, "publisher": 100.0 + 5 * m, "broker": 900.0 - 9 * m},
+        }
+        for m in range(1, 11)
     ]
     rows.append({"minute": 11, "phase": "drain", "rss_mb": {"serve JVM": 5_000.0, "publisher": 0.0}})
     lags = {
@@ -123,8 +128,9 @@ def test_the_verdict_flags_growing_memory_an_unrecovered_job_and_lost_records() 
         "qos": [(150.0, 300.0), (250.0, 20_000.0), (300.0, 19_000.0), (590.0, 30_000.0)],
     }
     v = verdict(rows, lags, s, 500, 60, 120, 2.0, published=60_000, seen=59_990, duplicates=3)
-    assert v["memory"]["serve JVM"] == {"mb_per_min": 0.0, "flat": True}  # the drain row is not load
-    assert v["memory"]["publisher"]["flat"] is False
+    assert v["memory"]["serve JVM"] == {"mb_per_min": 0.0, "flat": True, "growing": False}  # drain is not load
+    assert v["memory"]["publisher"]["flat"] is False and v["memory"]["publisher"]["growing"] is True
+    assert v["memory"]["broker"]["flat"] is False and v["memory"]["broker"]["growing"] is False  # gives back
     assert v["lag"]["matching"] == {"max": 20_000, "pre_burst": 500, "recovery_s": 40.0, "recovered": True}
     assert v["lag"]["qos"]["recovered"] is False and v["lag"]["qos"]["max"] == 30_000
     assert (v["missing"], v["lost"], v["duplicates"], v["ok"]) == (10, 10, 3, False)
