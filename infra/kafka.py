@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -493,12 +493,25 @@ def _cluster_id(cluster: KafkaClusterConfig) -> str:
     return cluster_id
 
 
-def cluster_up(cluster: KafkaClusterConfig, jars: JarSets, timeout_s: float = 120.0) -> str:
+def cluster_up(
+    cluster: KafkaClusterConfig,
+    jars: JarSets,
+    timeout_s: float = 120.0,
+    properties: Callable[[KafkaClusterConfig, ClusterNode], str] | None = None,
+    format_args: tuple[str, ...] = (),
+    client: dict[str, Any] | None = None,
+) -> str:
     """Start every node of ``cluster`` that is not running and wait until the cluster, and each
     node started now, accepts a produce and a fetch; return one line per node. Idempotent: on a
     running cluster it only checks; after one node was killed it restarts just that one (same
-    data, no re-format)."""
+    data, no re-format).
+
+    ``properties`` makes a node's ``server.properties`` (default: the plain cluster's), with
+    ``format_args`` for ``kafka-storage format`` and ``client`` the extra client properties of the
+    readiness check: how ``infra.security.cluster_up`` starts the secured cluster."""
     import json
+
+    node_properties = properties or _node_properties
 
     cluster_id = _cluster_id(cluster)
     started: dict[int, subprocess.Popen[bytes]] = {}
@@ -509,13 +522,13 @@ def cluster_up(cluster: KafkaClusterConfig, jars: JarSets, timeout_s: float = 12
             if pid is not None:
                 lines.append(f"node {node.node_id} already running (pid {pid}) at {node.bootstrap}")
                 continue
-            started[node.node_id] = _launch(node, jars, _node_properties(cluster, node), cluster_id)
+            started[node.node_id] = _launch(node, jars, node_properties(cluster, node), cluster_id, format_args)
         start = time.monotonic()
         # the cluster first (a quorum needs a majority of the nodes up), then each node started now
         for bootstrap in [cluster.bootstrap] + [cluster.node(i).bootstrap for i in started]:
             left = timeout_s - (time.monotonic() - start)
             try:
-                wait_ready(bootstrap, max(left, 5.0), replication=cluster.replication)
+                wait_ready(bootstrap, max(left, 5.0), replication=cluster.replication, client=client)
             except Exception:
                 for i, proc in started.items():
                     if proc.poll() is not None:

@@ -647,14 +647,16 @@ def _make_certificates(folder: Path, password: str, keytool: str) -> None:
             raise RuntimeError(f"keytool {step[0]} failed: {done.stdout[-1000:]}{done.stderr[-1000:]}")
 
 
-def secure_properties(cfg: kafka.BrokerConfig, sec: SecureHome) -> str:
-    """The broker's ``server.properties``: the plain broker's, with the client listener SASL_SSL
-    (SCRAM-SHA-512), the controller listener SASL_PLAINTEXT (PLAIN, the broker's own ``admin``
-    only: KRaft controllers cannot check SCRAM, whose credentials live in the metadata they
-    serve), and the StandardAuthorizer with ``admin`` the only super user."""
+def secure_properties(cfg: kafka.BrokerConfig, sec: SecureHome, plain: str | None = None) -> str:
+    """The broker's ``server.properties``: the plain broker's (``plain``, default the single
+    broker's; a cluster node's for :func:`cluster_up`), with the client and inter-broker listener
+    SASL_SSL (SCRAM-SHA-512), the controller listener SASL_PLAINTEXT (PLAIN, the broker's own
+    ``admin`` only: KRaft controllers cannot check SCRAM, whose credentials live in the metadata
+    they serve), and the StandardAuthorizer with ``admin`` the only super user."""
     users = sec.users()
     admin_pw, store_pw = users[ADMIN], users["keystore"]
-    props = dict(line.split("=", 1) for line in kafka._server_properties(cfg).splitlines())
+    base = kafka._server_properties(cfg) if plain is None else plain
+    props = dict(line.split("=", 1) for line in base.splitlines())
     props.update(
         {
             "listeners": f"SASL_SSL://127.0.0.1:{cfg.port},CONTROLLER://127.0.0.1:{cfg.controller_port}",
@@ -721,6 +723,40 @@ def up(
     add_users(admin, {r: users[r] for r in roles})
     count = apply_grants(admin, [g for r in roles for g in role_grants(r, prefix)])
     return f"{line}; users {', '.join(roles)} with {count} ACLs; profiles in {cfg.home / 'profiles'}"
+
+
+def cluster_up(
+    cluster: kafka.KafkaClusterConfig,
+    jars: JarSets,
+    roles: Sequence[str] = ("publisher", "jobs"),
+    prefix: str = "",
+    timeout_s: float = 180.0,
+) -> str:
+    """Start the secured cluster of ``cluster``: every node as :func:`up`'s broker (TLS and
+    SCRAM for clients and between brokers, PLAIN for the controller quorum, ACLs), with the
+    plain cluster's replication (factor 3, ``min.insync.replicas`` 2); one certificate, one set
+    of users and profiles for all nodes under ``cluster.home``. Idempotent as
+    ``kafka.cluster_up``; ``kafka.cluster_down(cluster)`` stops it.
+
+    Example: ``siftstream infra up --secure --brokers 3`` (HOME/kafka-secure-cluster)."""
+    sec = SecureHome(cluster.home)
+    sec.ensure(roles, cluster.java)
+    admin_client = sec.connection(cluster.bootstrap, ADMIN).confluent()
+    admin_client.pop("bootstrap.servers")
+    scram = f"{MECHANISM}=[name={ADMIN},password={sec.password(ADMIN)}]"
+    lines = kafka.cluster_up(
+        cluster,
+        jars,
+        timeout_s,
+        properties=lambda c, node: secure_properties(node, sec, kafka._node_properties(c, node)),
+        format_args=("--add-scram", scram),
+        client=admin_client,
+    )
+    admin = sec.connection(cluster.bootstrap, ADMIN)
+    users = sec.users()
+    add_users(admin, {r: users[r] for r in roles})
+    count = apply_grants(admin, [g for r in roles for g in role_grants(r, prefix)])
+    return f"{lines}\nsecured: users {', '.join(roles)} with {count} ACLs; profiles in {cluster.home / 'profiles'}"
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -66,13 +66,16 @@ def _kafka_cluster_cfg(args: argparse.Namespace) -> Any:
     >>> c = _kafka_cluster_cfg(build_parser().parse_args(args))
     >>> c.nodes()[2].controller_port, c.home.name
     (19095, 'kafka-cluster')
+    >>> _kafka_cluster_cfg(build_parser().parse_args(["infra", "up", "--brokers", "3", "--secure"])).home.name
+    'kafka-secure-cluster'
     """
     from infra.kafka import KafkaClusterConfig
 
     n, port, controller = args.brokers, args.port, args.controller_port
     if not (controller >= port + n or controller + n <= port):
         controller = port + n
-    return KafkaClusterConfig(home=_home(args) / "kafka-cluster", brokers=n, port=port, controller_port=controller)
+    folder = "kafka-secure-cluster" if getattr(args, "secure", False) else "kafka-cluster"
+    return KafkaClusterConfig(home=_home(args) / folder, brokers=n, port=port, controller_port=controller)
 
 
 def connection(args: argparse.Namespace) -> KafkaConnection:
@@ -144,7 +147,10 @@ def cmd_infra(args: argparse.Namespace) -> int:
         if args.secure:  # TLS + SCRAM + ACLs per role (docs/guide/security.md)
             from infra import security
 
-            print(security.up(_secure_cfg(args), _jars(args), prefix=args.topic_prefix))
+            if args.brokers > 1:
+                print(security.cluster_up(_kafka_cluster_cfg(args), _jars(args), prefix=args.topic_prefix))
+            else:
+                print(security.up(_secure_cfg(args), _jars(args), prefix=args.topic_prefix))
         elif args.brokers > 1:
             print(kafka.cluster_up(_kafka_cluster_cfg(args), _jars(args)))
         else:
@@ -153,9 +159,10 @@ def cmd_infra(args: argparse.Namespace) -> int:
         print(kafka.down(_broker_cfg(args)))
         if kafka.broker_status(_secure_cfg(args))["pid"] is not None:
             print(kafka.down(_secure_cfg(args)))
-        cluster = kafka.read_cluster(_home(args) / "kafka-cluster")
-        if cluster is not None:
-            print(kafka.cluster_down(cluster))
+        for folder in ("kafka-cluster", "kafka-secure-cluster"):
+            cluster = kafka.read_cluster(_home(args) / folder)
+            if cluster is not None:
+                print(kafka.cluster_down(cluster))
     elif action == "status":
         return _infra_status(args)
     elif action == "topics":
@@ -174,7 +181,8 @@ def _infra_status(args: argparse.Namespace) -> int:
     from infra import kafka, spark_cluster
 
     single = _broker_cfg(args)
-    cluster = kafka.read_cluster(_home(args) / "kafka-cluster")
+    folder = "kafka-secure-cluster" if args.secure else "kafka-cluster"
+    cluster = kafka.read_cluster(_home(args) / folder)
     if args.json:
         brokers = [b for b in [kafka.broker_status(single)] if b["pid"] is not None]
         if cluster is not None:
@@ -1167,7 +1175,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--secure",
         action="store_true",
         help="up: a single broker under HOME/kafka-secure with TLS, SASL/SCRAM and ACLs per role, and a "
-        "--kafka-config profile per role in HOME/kafka-secure/profiles (docs/guide/security.md)",
+        "--kafka-config profile per role in HOME/kafka-secure/profiles; with --brokers N, a secured cluster "
+        "under HOME/kafka-secure-cluster (profiles in its profiles/); status --secure: that cluster's nodes "
+        "(docs/guide/security.md)",
     )
     p.add_argument("--json", action="store_true", help="status: one JSON object per broker (node id, ports, pid)")
     p.add_argument("--spark-port", type=int, default=7077, help="standalone master port (default: %(default)s)")
