@@ -36,6 +36,7 @@ No pyspark here: the module is tested with plain pyarrow as well as through Spar
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -104,7 +105,9 @@ class ShipState:
     version : int
         The table version this micro-batch's events are matched against.
     counters : object, optional
-        Anything with ``add((events, rejected events, matches, deliveries))`` (a Spark accumulator).
+        Anything with ``add((events, rejected events, matches, deliveries, ready ms))`` (a Spark
+        accumulator); ready ms is the time from a task's first non-empty Arrow batch until its
+        first matches (the replica's sync and the index's first flush), 0 for the later batches.
     delivery : DeliveryShip, optional
         Write delivery rows by this assignment version; None: no delivery.
     """
@@ -174,10 +177,14 @@ def match_batches(ship: ShipState, targets: Targets, batches: Iterator[pa.Record
         n = rb.num_rows
         if n == 0:
             continue
+        ready_ms, started = 0.0, time.monotonic()
+        first = replica is None
         if replica is None:  # sync lazily: tasks of partitions without events never build an index
             replica = replica_for(ship)
         events = decode_rows(rb.column("value"))
         matches = replica.index.match(EventBatch.from_columns(n, events.columns()))
+        if first:
+            ready_ms = (time.monotonic() - started) * 1000
         offsets, ranks, by_rank = matches.sorted_ranks()
         data, row_off = match_values(events, offsets, ranks, by_rank)
         yield from output_batches(rb, events, data, row_off, targets)
@@ -189,4 +196,6 @@ def match_batches(ship: ShipState, targets: Targets, batches: Iterator[pa.Record
                 yield delivery_batch(rb, events, rows, chans, list(ship.delivery.topics))
         if ship.counters is not None:
             good_count = int(events.good.sum())
-            ship.counters.add((good_count, n - good_count, int(matches.counts()[events.good].sum()), delivered))
+            ship.counters.add(
+                (good_count, n - good_count, int(matches.counts()[events.good].sum()), delivered, ready_ms)
+            )

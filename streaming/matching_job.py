@@ -302,19 +302,25 @@ class BatchStats:
     delivery_version: int = 0
     deliveries: int = 0
     subscriptions_ms: float = 0.0
+    restore_ms: float = 0.0
+    read_ms: float = 0.0
+    plan_ms: float = 0.0
+    store_ms: float = 0.0
+    worker_ready_ms: float = 0.0
     write_ms: float = 0.0
     duration_ms: float = 0.0
     started_at_ms: int = 0
 
 
 class _Sums:
-    """Accumulator parameter: element-wise sums of ``(events, rejected events, matches, deliveries)``."""
+    """Accumulator parameter: element-wise sums of ``(events, rejected events, matches, deliveries)``
+    and the largest ``ready ms`` (``streaming.arrow_matching.ShipState.counters``)."""
 
-    def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
-        return (0, 0, 0, 0)
+    def zero(self, value: tuple[float, ...]) -> tuple[float, ...]:
+        return (0, 0, 0, 0, 0.0)
 
-    def addInPlace(self, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(x + y for x, y in zip(a, b, strict=True))
+    def addInPlace(self, a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+        return (*(x + y for x, y in zip(a[:4], b[:4], strict=True)), max(a[4], b[4]))
 
 
 class _Shipper:
@@ -409,6 +415,7 @@ class MatchingBatch:
         stats = BatchStats(batch_id, started_at_ms=int(time.time() * 1000))
         if self.table is None:
             self._restore(batch_id)
+            stats.restore_ms = (time.monotonic() - started) * 1000
         assert self.table is not None
         end = read_offset_log(self.cfg.query_checkpoint, batch_id)
         if end is None:
@@ -416,7 +423,9 @@ class MatchingBatch:
         subs_end = end.get(self.cfg.subscriptions_topic, {})
 
         # 1. this batch's subscription changes, in order, before any of its events
+        read_started = time.monotonic()
         rows = self._read_subscriptions(self.offsets, subs_end)
+        stats.read_ms = (time.monotonic() - read_started) * 1000
         changes: list[Change] = []
         rejected: list[tuple[Any, tuple[str, str]]] = []
         for row, outcome in zip(rows, plan_changes(map(to_record, rows)), strict=True):
@@ -426,6 +435,8 @@ class MatchingBatch:
                 rejected.append((row, outcome.rejection))
             stats.skipped_composites += outcome.skipped
         self.table.apply(changes)
+        store_started = time.monotonic()
+        stats.plan_ms = (store_started - read_started) * 1000 - stats.read_ms
         self.offsets = {**self.offsets, **subs_end}
         if self.table.due_for_snapshot() or batch_id - self.last_snapshot >= self.cfg.snapshot_every:
             if self.table.due_for_snapshot():
@@ -434,6 +445,7 @@ class MatchingBatch:
             self.last_snapshot = batch_id
         else:
             self.store.save_delta(batch_id, changes, self.table.version, self.offsets)
+        stats.store_ms = (time.monotonic() - store_started) * 1000
         stats.subscription_records, stats.rejected_subscriptions = len(rows), len(rejected)
         stats.subscriptions, stats.table_version = len(self.table), self.table.version
         stats.subscriptions_ms = (time.monotonic() - started) * 1000
@@ -441,7 +453,7 @@ class MatchingBatch:
         # 2. + 3. ship the table, match the events on executors, one write of everything
         # (Spark's Observation never completes under the Kafka sink's batch write: its query runs
         # nested in a command. The Python workers count into an accumulator instead.)
-        counters = self.spark.sparkContext.accumulator((0, 0, 0, 0), _Sums())
+        counters = self.spark.sparkContext.accumulator((0, 0, 0, 0, 0.0), _Sums())
         delivery = None if self.delivery is None else self.delivery.prepare(batch_id)
         ship = dataclasses.replace(self.shipper.ship(self.table), counters=counters, delivery=delivery)
         stats.delivery_version = 0 if delivery is None else delivery.version
@@ -459,7 +471,9 @@ class MatchingBatch:
             .option("kafka.batch.size", str(1 << 20))
             .save()
         )
-        stats.events, stats.rejected_events, stats.matches, stats.deliveries = counters.value
+        events, rejected_events, matches, deliveries, stats.worker_ready_ms = counters.value
+        stats.events, stats.rejected_events = int(events), int(rejected_events)
+        stats.matches, stats.deliveries = int(matches), int(deliveries)
         stats.write_ms = (time.monotonic() - write_started) * 1000
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
@@ -482,7 +496,15 @@ class MatchingBatch:
         if self.delivery is not None:
             fields.update(deliveries=stats.deliveries, channel_version=stats.delivery_version)
         fields["duration_ms"] = stats.duration_ms
-        detail = {"table_version": stats.table_version, "subscriptions_ms": stats.subscriptions_ms}
+        detail = {
+            "table_version": stats.table_version,
+            "subscriptions_ms": stats.subscriptions_ms,
+            "restore_ms": stats.restore_ms,
+            "read_ms": stats.read_ms,
+            "plan_ms": stats.plan_ms,
+            "store_ms": stats.store_ms,
+            "worker_ready_ms": stats.worker_ready_ms,
+        }
         logs.log_batch(_log, stats.batch_id, fields, self.quiet, {**detail, "write_ms": stats.write_ms})
 
 

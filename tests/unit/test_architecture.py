@@ -78,11 +78,12 @@ KAFKA_HOMES = (
     "bench/delivery_e2e.py",
     "bench/latency_floor.py",
     "bench/soak.py",
+    "bench/cold_start.py",
 )
 """Paths (prefixes) that may import a Kafka client: the writers, broker setup and readers at the
-edge, the tests against the real broker or the fault tier's cluster, and the four end-to-end
+edge, the tests against the real broker or the fault tier's cluster, and the five end-to-end
 benchmarks that read topics with a raw librdkafka consumer (and measure the broker's own ceiling,
-Spark's latency floor, or serve's lag and latency over a soak)."""
+Spark's latency floor, serve's lag and latency over a soak, or the matching job's cold start)."""
 
 MAX_LINES = 1500
 
