@@ -435,7 +435,17 @@ class QosMonitor:
                     prediction = self._bootstrap(system, prediction, window_end_ms, compiled)
             except ValueError as exc:
                 problems.append(f"prediction skipped: {exc}")
-        records = [self._subscriber_report(s, window_end_ms, prediction, model) for s in self._owners()]
+        # each subscriber's model nodes and wishes, grouped once: a scan of every subscription per
+        # subscriber is quadratic in the subscriptions
+        nodes: dict[str, list[tuple[str, SubscriptionWish]]] = {}
+        for node, wish in model.items():
+            nodes.setdefault(wish.subscriber_id, []).append((node, wish))
+        wishes: dict[str, list[SubscriptionWish]] = {}
+        for wish in self.wishes.values():
+            wishes.setdefault(wish.subscriber_id, []).append(wish)
+        records = [
+            self._subscriber_report(s, window_end_ms, prediction, nodes.get(s, []), wishes[s]) for s in sorted(wishes)
+        ]
         records += [self._broker_report(b, window_end_ms, prediction) for b in sorted(self.brokers)]
         if prediction is not None:
             problems += [w for w in prediction.warnings if "no publisher's content" not in w]
@@ -595,16 +605,20 @@ class QosMonitor:
                 continue
         return draws
 
-    def _owners(self) -> list[str]:
-        return sorted({w.subscriber_id for w in self.wishes.values()})
-
     def _subscriber_report(
-        self, subscriber: str, end: int, prediction: Prediction | None, model: dict[str, SubscriptionWish]
+        self,
+        subscriber: str,
+        end: int,
+        prediction: Prediction | None,
+        nodes: Sequence[tuple[str, SubscriptionWish]],
+        wishes: Sequence[SubscriptionWish],
     ) -> dict[str, Any]:
+        """The ``QosReport`` of ``subscriber`` from its model ``nodes`` (``(model node, wish)``, in
+        the model's order) and its ``wishes``."""
         parts = [
             (prediction.subscribers[node], wish)
-            for node, wish in model.items()
-            if wish.subscriber_id == subscriber and prediction is not None and node in prediction.subscribers
+            for node, wish in nodes
+            if prediction is not None and node in prediction.subscribers
         ]
         parts = [(p, w) for p, w in parts if p.reliability is not None]
         weights = np.array([max(p.matching_rate_per_s, 0.0) for p, _w in parts])
@@ -623,7 +637,6 @@ class QosMonitor:
         low = mix([p.reliability_low for p, _w in parts])
         high = mix([p.reliability_high for p, _w in parts])
         measured = self.estimator.subscriber(subscriber, float(end))
-        wishes = [w for w in self.wishes.values() if w.subscriber_id == subscriber]
         min_rel = max((w.min_reliability for w in wishes if w.min_reliability is not None), default=None)
         deadline = min((w.deadline_ms for w in wishes if w.deadline_ms is not None), default=None)
         p95 = mix([p.p95_delay_ms for p, _w in parts])
