@@ -43,7 +43,7 @@ from typing import Any, TextIO
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from infra.connection import KafkaConnection
 from producers.kafka_writer import DeliveryReport, KafkaWriter
@@ -440,6 +440,8 @@ class Subscription:
         self._recent = RecentIds(dedupe_window)
         self._pending: deque[Message] = deque()
         self._last: Message | None = None  # the channel record handed out last (its offset is stored once done)
+        self._passed: list[TopicPartition] = []  # positions of the last move not committed yet (_commit_passed)
+        self._passed_retry_at = 0.0
         self._inner: deque[bytes] = deque()  # matching events of the ChannelEvents record being read
         self._index = MatchIndex()  # the filter once more, to match a ChannelEvents record's events at once
         self._index.add(subscription_id, filt)
@@ -522,17 +524,53 @@ class Subscription:
             if left <= 0:
                 return False
             self._versions.read(min(left, 0.5))
-        moved = self.follower.install(needed, self._versions.planned[needed], self._versions.installed[needed])
+        old, handover = self.follower.channel, self._versions.installed[needed]
+        moved = self.follower.install(needed, self._versions.planned[needed], handover)
         self._versions.forget_through(needed)
         if moved is not None:
             self.counters.moves += 1
+            after_marker = self._left(old, handover.get(old))
             self._read_from(*moved)
+            start = TopicPartition(channel_topic(moved[0], self._owner.topic_prefix), 0, moved[1])
+            self._passed = [start] if after_marker is None else [after_marker, start]
+            self._commit_passed()
         return True
+
+    def _left(self, channel: int, marker: int | None) -> TopicPartition | None:
+        """The position after the hand-over marker in ``channel`` (the channel being left), stored
+        for it; None when there is none (a channel never read).
+
+        Committed with the new channel's start (:meth:`_commit_passed`), it is the durable sign
+        that this subscription passed the marker, which the channel grants read to take the old
+        channel's grant away (docs/guide/security.md); stored too, so that the commit Kafka's
+        client makes for a partition leaving the assignment repeats it rather than the marker's
+        own offset."""
+        topic = channel_topic(channel, self._owner.topic_prefix)
+        last = self._last if self._last is not None and self._last.topic() == topic else None
+        after = max(-1 if last is None else int(last.offset() or 0), -1 if marker is None else marker) + 1
+        if after <= 0:
+            return None
+        tp = TopicPartition(topic, 0, after)
+        self._consumer.store_offsets(offsets=[tp])
+        return tp
+
+    def _commit_passed(self) -> None:
+        """Commit the positions of the last move (the old channel's after its marker, the new
+        one's start) at once, so that neither waits for the periodic commit; a failed commit is
+        tried again with a later record handed out, at most every 5 s."""
+        if not self._passed or time.monotonic() < self._passed_retry_at:
+            return
+        try:
+            self._consumer.commit(offsets=self._passed, asynchronous=False)
+            self._passed = []
+        except KafkaException:  # the broker away: a later record handed out tries again
+            self._passed_retry_at = time.monotonic() + 5.0
 
     def _next_record(self, deadline: float) -> Message | None:
         if self._last is not None:  # done with it: a restart with resume=True starts after it
             last, self._last = self._last, None
             self._consumer.store_offsets(offsets=[TopicPartition(last.topic(), last.partition(), last.offset() + 1)])
+        self._commit_passed()
         while not self._pending:
             left = deadline - time.monotonic()
             if left <= 0:
