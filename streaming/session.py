@@ -21,12 +21,15 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "INTERRUPTIONS",
+    "BatchFunction",
     "SparkConfig",
     "await_query",
     "build_session",
     "check_executors",
     "executor_environment",
     "kafka_stream",
+    "short_error",
     "start_batches",
     "submitted",
 ]
@@ -216,6 +219,71 @@ def kafka_stream(spark: SparkSession, conn: KafkaConnection, topics: list[str], 
     return reader.load()
 
 
+INTERRUPTIONS = (
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+)
+"""The Java exceptions by which Spark recognises a batch interrupted by the query's stop."""
+
+
+class BatchFunction:
+    """A ``foreachBatch`` handler whose failures reach the JVM as one short line.
+
+    Spark (``StreamExecution.isInterruptionException``) tells a batch that its query's stop
+    interrupted from a failed one by matching the Python error's text against
+    ``Py4JJavaError: An error occurred while calling((.|\\r\\n|\\r|\\n)*)(`` and an interruption's
+    class name (:data:`INTERRUPTIONS`); that pattern recurses once per character, so the text of
+    a Py4J error from inside the handler (the Python traceback with the Java stack trace, many
+    kilobytes) overflows the stream thread's stack: a StackOverflowError at every stop that
+    interrupts a batch. Here an exception with a Py4J error in its chain is raised again, without
+    the chain, as that pattern's short form when the Java exception (or a cause) is an
+    interruption or a cancelled Spark job, else as a ``RuntimeError`` naming the call and the
+    Java exception's first line; the whole traceback goes to the ``spark`` logger (debug).
+
+    >>> BatchFunction(print).handler is print
+    True
+    """
+
+    def __init__(self, handler: Callable[[DataFrame, int], None]) -> None:
+        self.handler = handler
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self.handler(batch, batch_id)
+        except Exception as exc:
+            short = short_error(exc)
+            if short is None:
+                raise
+            logs.get("spark").debug(f"batch {batch_id}: {short}", exc_info=True)
+            raise short from None
+
+
+def short_error(exc: BaseException) -> Exception | None:
+    """:class:`BatchFunction`'s short form of ``exc`` (None when no Py4J error is in its chain)."""
+    from py4j.protocol import Py4JJavaError
+
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and not isinstance(found, Py4JJavaError) and id(found) not in seen:
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    if not isinstance(found, Py4JJavaError):
+        return None
+    call = str(found.errmsg).strip().rstrip(".")  # "An error occurred while calling o123.method"
+    throwable, first = found.java_exception, ""
+    for _depth in range(32):
+        if throwable is None:
+            break
+        text = str(throwable.toString()).strip().splitlines()
+        first = first or (text[0][:300] if text else "")
+        name = str(throwable.getClass().getName())
+        if name in INTERRUPTIONS or (name == "org.apache.spark.SparkException" and "cancelled" in (text or [""])[0]):
+            return InterruptedError(f"py4j.protocol.Py4JJavaError: {call}: {INTERRUPTIONS[0]} ({first})")
+        throwable = throwable.getCause()
+    return RuntimeError(f"{call.replace('An error occurred while calling', 'calling')} failed: {first}")
+
+
 def start_batches(
     df: DataFrame,
     handler: Callable[[DataFrame, int], None],
@@ -224,8 +292,10 @@ def start_batches(
     available_now: bool,
     trigger_interval: str,
 ) -> StreamingQuery:
-    """Start ``df.writeStream.foreachBatch(handler)``: available-now, or on a processing-time trigger."""
-    writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", str(checkpoint)).queryName(name)
+    """Start ``df.writeStream.foreachBatch(handler)`` (as :class:`BatchFunction`): available-now,
+    or on a processing-time trigger."""
+    batches = df.writeStream.foreachBatch(BatchFunction(handler))
+    writer = batches.option("checkpointLocation", str(checkpoint)).queryName(name)
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=trigger_interval)
     return writer.start()
 
