@@ -44,6 +44,7 @@ import numpy.typing as npt
 from routing.matching import kernels as K
 from routing.matching.collector import collector_paused
 from routing.matching.language import (
+    _BETWEEN_FILTER,
     _SIMPLE_FILTER,
     _SIMPLE_PREDICATE,
     Filter,
@@ -126,33 +127,6 @@ def _number_cell(x: int) -> tuple[float, int]:
 
 _COMPACT_MIN: Final = 1 << 14  # garbage predicate records that a flush leaves in place whatever the store's size
 _ORDER_RECORDS: Final = 4  # leading records of a filter that order new fids
-
-
-def _between_columns(text: str) -> tuple[list[str], list[str], list[str]] | None:
-    """The names and low and high literals of a text of ``between`` predicates alone written with
-    single words (``a between 1 and 2 and b between 3 and 4``: any whitespace, lower-case
-    keywords), split at its whitespace; None for a text of another form.
-
-    For a text that ``_SIMPLE_FILTER`` accepts, the words are then name, ``between``, low,
-    ``and``, high, and ``and`` between predicates, the split that ``_SIMPLE_PREDICATE`` makes (a
-    name word holds no operator, or the pattern would have failed there, and the literals are
-    integers).
-
-    >>> _between_columns("a between 1 and 2 and b between -3 and 4")
-    (['a', 'b'], ['1', '-3'], ['2', '4'])
-    >>> _between_columns("a = 1") is None
-    True
-    """
-    words = text.split()
-    k = (len(words) + 1) // 6
-    if (
-        len(words) == 6 * k - 1
-        and words[1::6].count("between") == k
-        and words[3::6].count("and") == k
-        and words[5::6].count("and") == k - 1
-    ):
-        return words[0::6], words[2::6], words[4::6]
-    return None
 
 
 def _record_order(
@@ -305,7 +279,8 @@ class MatchIndex:
         # changes queued until the next apply, flush or match (the last of each id), with the texts
         # among them that the text cache lacks, parsed; the subscriptions with the queue applied
         self._queue: dict[str, Filter | str | None] = {}
-        self._queue_parsed: dict[str, Filter | None] = {}  # None: of the simple shapes, compiled from the text
+        # True: of the between form, None: of another simple shape (both compiled from the text)
+        self._queue_parsed: dict[str, Filter | bool | None] = {}
         self._simple_memo: dict[tuple[str | None, ...], _Record] = {}  # a simple predicate's record by its groups
         self._n_subs = 0
         # bit work batched until the next match
@@ -363,11 +338,14 @@ class MatchIndex:
         staged = list(changes)
         if any(map(isinstance, map(_SECOND, staged), repeat(str))):
             texts, parsed = self._text_memo, self._queue_parsed
-            new: dict[str, Filter | None] = {}
-            simple = _SIMPLE_FILTER.fullmatch
+            new: dict[str, Filter | bool | None] = {}
+            between, simple = _BETWEEN_FILTER.fullmatch, _SIMPLE_FILTER.fullmatch
             for _, filt in staged:
                 if isinstance(filt, str) and filt not in texts and filt not in parsed and filt not in new:
-                    new[filt] = None if simple(filt) is not None else parse_filter(filt)
+                    if between(filt) is not None:
+                        new[filt] = True
+                    else:
+                        new[filt] = None if simple(filt) is not None else parse_filter(filt)
             parsed.update(new)
         return staged
 
@@ -539,7 +517,7 @@ class MatchIndex:
             self._str_count[a] = len(codes)
         return c
 
-    def _fids_of(self, filters: list[Filter | str], parsed: dict[str, Filter | None]) -> npt.NDArray[np.int64]:
+    def _fids_of(self, filters: list[Filter | str], parsed: dict[str, Filter | bool | None]) -> npt.NDArray[np.int64]:
         """The fid of each filter (texts that the text cache lacks are in ``parsed``)."""
         if all(map(isinstance, filters, repeat(Filter))):
             recs, slows, keys = self._compile_many(cast(list[Filter], filters))
@@ -558,7 +536,7 @@ class MatchIndex:
         fid_at[leads] = self._fids_for([recs[i] for i in leads], [slows[i] for i in leads], [keys[i] for i in leads])
         return fid_at[np.asarray(lead, dtype=np.int64)]
 
-    def _compile_texts(self, filters: list[Filter | str], parsed: dict[str, Filter | None]) -> _CompiledMany:
+    def _compile_texts(self, filters: list[Filter | str], parsed: dict[str, Filter | bool | None]) -> _CompiledMany:
         """``_compile_many`` of filters among which are texts (cached by text); a new text of the
         parser's simple shapes is compiled from the text itself (``_compile_simple``)."""
         texts = self._text_memo
@@ -566,7 +544,7 @@ class MatchIndex:
         to_compile: list[Filter] = []
         where: list[int] = []
         new_texts: list[tuple[int, str]] = []
-        simple: list[tuple[int, str]] = []
+        simple: list[tuple[int, str, bool]] = []
         none: _Compiled = ((), None, 0)
         for item in filters:
             if isinstance(item, str):
@@ -575,19 +553,21 @@ class MatchIndex:
                     compiled.append(known)
                     continue
                 new_texts.append((len(compiled), item))
-                filt = parsed[item]  # parsed when queued, since the cache lacked it then
-                if filt is None:  # of the simple shapes: compiled below, all at once
-                    simple.append((len(compiled), item))
+                form = parsed[item]  # parsed when queued, since the cache lacked it then
+                if not isinstance(form, Filter):  # of the simple shapes: compiled below, all at once
+                    simple.append((len(compiled), item, form is True))
                     compiled.append(none)
                     continue
+                filt = form
             else:
                 filt = item
             where.append(len(compiled))
             to_compile.append(filt)
             compiled.append(none)
         if simple:
-            at, simple_texts = zip(*simple, strict=True)
-            for i, text, direct in zip(at, simple_texts, self._compile_simple_many(simple_texts), strict=True):
+            at, simple_texts, between = zip(*simple, strict=True)
+            made = self._compile_simple_many(simple_texts, between)
+            for i, text, direct in zip(at, simple_texts, made, strict=True):
                 if direct is not None:
                     compiled[i] = direct
                 else:  # a predicate Python must check: the Filter path
@@ -601,15 +581,20 @@ class MatchIndex:
             texts[text] = compiled[i]
         return list(map(_FIRST, compiled)), list(map(_SECOND, compiled)), list(map(_THIRD, compiled))
 
-    def _compile_simple_many(self, texts: Sequence[str]) -> list[_Compiled | None]:
-        """``_compile_simple`` of each text, the texts of ``between`` predicates alone with literals
-        of at most 15 characters (exact doubles) written as single words (W1's texts:
-        ``_between_columns``) compiled together: their records made by numpy over the whole
-        batch (literals read as doubles, sorted per filter by ``lexsort``), the new literals made
-        cuts in their order in the batch while there is room, as one by one. The others go
-        through ``_compile_simple`` first (each predicate cached by its text), so new attributes
-        are numbered in the order met, those texts' first. Equal to ``_compile_simple`` text by
-        text once the attributes are known (tests/unit/matching/test_index_churn.py).
+    def _compile_simple_many(
+        self, texts: Sequence[str], between: Sequence[bool] | None = None
+    ) -> list[_Compiled | None]:
+        """``_compile_simple`` of each text, the texts of the between form (``between`` predicates
+        alone on integers of at most 15 characters, written with single spaces: W1's texts;
+        ``language._BETWEEN_FILTER``) compiled together: joined with `` and ``, they are one
+        such text, split once at its spaces into the words of all their predicates (every sixth
+        a name, low or high literal), their records made by numpy over the whole batch (literals
+        read as doubles, sorted per filter by ``lexsort``), the new literals made cuts in their
+        order in the batch while there is room, as one by one. ``between`` says which texts have
+        that form (when the caller knows it; else the pattern decides). The others go through
+        ``_compile_simple`` first (each predicate cached by its text), so new attributes are
+        numbered in the order met, those texts' first. Equal to ``_compile_simple`` text by text
+        once the attributes are known (tests/unit/matching/test_index_churn.py).
 
         Examples
         --------
@@ -621,29 +606,18 @@ class MatchIndex:
         (True, ((64, 0.0, 0.0, ()),))
         """
         out: list[_Compiled | None] = [None] * len(texts)
-        split = list(map(_between_columns, texts))
-        at = [i for i, cols in enumerate(split) if cols is not None]
-        for i in (i for i, cols in enumerate(split) if cols is None):
+        if between is None:
+            form = _BETWEEN_FILTER.fullmatch
+            between = [form(t) is not None for t in texts]
+        at = list(compress(range(len(texts)), between))
+        for i in compress(range(len(texts)), map(not_, between)):
             out[i] = self._compile_simple(texts[i])
         if not at:
             return out
-        columns = [cast(tuple[list[str], list[str], list[str]], split[i]) for i in at]
-        counts = np.fromiter(map(len, map(_FIRST, columns)), dtype=np.int64, count=len(at))
-        names, lows, highs = (list(chain.from_iterable(map(part, columns))) for part in (_FIRST, _SECOND, _THIRD))
-        long = max(map(len, lows)) > 15 or max(map(len, highs)) > 15  # an integer a double may not hold
-        if long:
-            bad = np.fromiter(map(len, lows), dtype=np.int64, count=len(lows)) > 15
-            bad |= np.fromiter(map(len, highs), dtype=np.int64, count=len(highs)) > 15
-            text_bad = np.add.reduceat(bad, np.cumsum(counts) - counts) > 0
-            for j in np.flatnonzero(text_bad).tolist():
-                out[at[j]] = self._compile_simple(texts[at[j]])
-            good = ~text_bad
-            keep = np.repeat(good, counts).tolist()
-            names, lows, highs = (list(compress(col, keep)) for col in (names, lows, highs))
-            at = list(compress(at, good.tolist()))
-            counts = counts[good]
-            if not at:
-                return out
+        chosen = list(map(texts.__getitem__, at))
+        words = " and ".join(chosen).split(" ")
+        names, lows, highs = words[0::6], words[2::6], words[4::6]
+        counts = (np.fromiter(map(str.count, chosen, repeat(" ")), dtype=np.int64, count=len(at)) + 2) // 6
         for name in dict.fromkeys(names):  # new attributes in the order they come
             if name not in self._attr_of:
                 self._attr(name)

@@ -628,6 +628,14 @@ _SIMPLE_FILTER: Final = re.compile(
     re.ASCII,
 )
 
+# The between form: ``between`` predicates alone on integers of at most 15 characters (exact
+# doubles), written canonically (single spaces, lower-case keywords, nothing before or after), as
+# range-heavy subscriptions are. A part of what _SIMPLE_FILTER accepts (its words and boundaries
+# are those), tried first where it is common; its words are the text's ``split(" ")``: name,
+# ``between``, low, ``and``, high, then ``and`` and the next predicate.
+_BETWEEN_PREDICATE: Final = r"[A-Za-z_][A-Za-z0-9_.]* between -?[0-9]{1,15} and -?[0-9]{1,15}"
+_BETWEEN_FILTER: Final = re.compile(rf"{_BETWEEN_PREDICATE}(?: and {_BETWEEN_PREDICATE})*", re.ASCII)
+
 _SimpleGroups: TypeAlias = tuple[str | None, ...]
 _Check: TypeAlias = tuple[str, Callable[[object], bool]]
 _SIMPLE_PREDICATES: dict[_SimpleGroups, tuple[Predicate, _Check]] = {}
@@ -716,7 +724,7 @@ def validate_filter(text: str) -> None:
     ...     print(error.reason)
     at position 15: expected a literal (number, 'string', true or false), found end of input
     """
-    if _SIMPLE_FILTER.fullmatch(text) is None:
+    if _BETWEEN_FILTER.fullmatch(text) is None and _SIMPLE_FILTER.fullmatch(text) is None:
         _Parser(text).filter()
 
 

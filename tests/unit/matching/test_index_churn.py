@@ -310,8 +310,8 @@ def test_flush_compacts_the_predicate_store_under_range_churn(monkeypatch: pytes
 
 
 def _simple_texts(rng: random.Random) -> list[str]:
-    """Texts of the parser's simple shapes: W1's canonical ``between`` texts (split at whitespace
-    by ``_simple_columns``) and their variants that take the pattern (other spacing and case,
+    """Texts of the parser's simple shapes: W1's canonical ``between`` texts (the between form,
+    read by one split of the batch) and their variants that take the pattern (other spacing and case,
     orderings, strings and booleans, integers of more than 15 digits, a string ordering that
     Python must check), with repeated texts and ``-0``."""
 

@@ -788,9 +788,12 @@ def test_parsed_predicates_are_shared_but_kinds_stay_apart() -> None:
 def _check_validation(text: str) -> None:
     """``validate_filter`` raises exactly what ``parse_filter`` raises (or neither raises), and its
     pattern accepts exactly what the simple path parses."""
-    from routing.matching.language import _SIMPLE_FILTER, _parse_simple, validate_filter
+    from routing.matching.language import _BETWEEN_FILTER, _SIMPLE_FILTER, _parse_simple, validate_filter
 
     assert (_SIMPLE_FILTER.fullmatch(text) is not None) == (_parse_simple(text) is not None), text
+    if _BETWEEN_FILTER.fullmatch(text) is not None:  # the between form is a part of the simple shapes
+        assert _SIMPLE_FILTER.fullmatch(text) is not None, text
+        assert all(p.op is Op.BETWEEN for p in parse_filter(text).predicates), text
     try:
         parse_filter(text)
     except (FilterError, ValueError) as error:
@@ -815,9 +818,53 @@ def test_validation_of_token_soup(pieces: list[tuple[str, str]]) -> None:
     _check_validation("".join(piece + gap for piece, gap in pieces))
 
 
+_BETWEEN_GAP = st.one_of(st.just(" "), st.just(" "), st.just(" "), st.sampled_from(["  ", "\t", "", "\n"]))
+_BETWEEN_NAME = st.one_of(
+    st.sampled_from(["a", "x.y", "_b", "a1", "and", "between"]), st.sampled_from(["1a", "'s'", "a-b", ""])
+)
+_BETWEEN_LITERAL = st.one_of(
+    st.sampled_from(["1", "-2", "007", "-0", "123456789012345", "-12345678901234"]),
+    st.sampled_from(["-", "1.5", "1234567890123456", "x", "1e3", ""]),
+)
+
+
+@st.composite
+def _between_near_misses(draw: st.DrawFn) -> str:
+    """Texts of the between form (``name between low and high and ...``) and near misses: other
+    names, literals, keywords and gaps in its places."""
+
+    def pick(options: list[str]) -> str:
+        return draw(st.sampled_from(options))
+
+    parts = []
+    for k in range(draw(st.integers(1, 4))):
+        if k:
+            parts += [draw(_BETWEEN_GAP), pick(["and"] * 6 + ["AND", "or"]), draw(_BETWEEN_GAP)]
+        parts += [draw(_BETWEEN_NAME), draw(_BETWEEN_GAP), pick(["between"] * 6 + ["Between", "<"])]
+        parts += [draw(_BETWEEN_GAP), draw(_BETWEEN_LITERAL), draw(_BETWEEN_GAP), pick(["and"] * 6 + ["AND"])]
+        parts += [draw(_BETWEEN_GAP), draw(_BETWEEN_LITERAL)]
+    return pick(["", "", "", " "]) + "".join(parts) + pick(["", "", "", " ", " and"])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_between_near_misses())
+def test_validation_of_between_near_misses(text: str) -> None:
+    """Validated as the parser decides; the between pattern accepts only texts that the simple
+    path parses, each predicate a ``between``."""
+    from routing.matching.language import _BETWEEN_FILTER
+
+    event(f"between form: {_BETWEEN_FILTER.fullmatch(text) is not None}")
+    _check_validation(text)
+
+
 @pytest.mark.parametrize(
     "text",
     [
+        "a between 1 and 2 and b between -0 and 007",
+        "between between 1 and 2 and and between 3 and 4",
+        "a between 1 and 2 and",
+        "a between 1 and 1234567890123456",
+        "a between 1 and 2and b between 3 and 4",
         "a < true",
         "a <= FALSE",
         "a = 1.5",
