@@ -125,6 +125,9 @@ class SubscriptionWish:
     min_reliability: float | None = None
 
 
+_WISH_FIELDS = tuple(f.name for f in dataclasses.fields(SubscriptionWish))
+
+
 def _scale(dist: dict[str, Any], factor: float) -> None:
     """Scale a DIST (as a dict) in place by ``factor``: its values or its mean."""
     if "values" in dist:
@@ -229,6 +232,8 @@ class QosMonitor:
         self.last_report_ms: int | None = None
         self.counters: dict[str, int] = {"unknown_subscriber_receipts": 0, "skipped_subscriptions": 0}
         self._index = MatchIndex()
+        # (the index's subscription of each rank, subscriber names in order, subscriber of each rank)
+        self._owners_memo: tuple[np.ndarray, list[str], np.ndarray] | None = None
         self.estimator = TelemetryEstimator(self.config.estimation, match=self._match)
 
     # -- the overlay's shape ---------------------------------------------------------------
@@ -262,6 +267,7 @@ class QosMonitor:
         ``broker``, ``deadline_ms`` and ``min_reliability``. Returns the rejections
         ``(error code, reason)`` (the matching job dead-letters the same records)."""
         rejected: list[tuple[str, str]] = []
+        self._owners_memo = None
         for rec, extra in zip(records, extras, strict=True):
             outcome = plan_change(rec)
             if outcome.rejection is not None:
@@ -296,12 +302,18 @@ class QosMonitor:
         offsets, ranks, by_rank = self._index.match(list(attributes)).sorted_ranks()
         # (event, subscriber) pairs as numbers: subscribers numbered in string order, so that
         # sorting the numbers sorts the names
-        owners = sorted({wish.subscriber_id for wish in self.wishes.values()})
-        number = {name: k for k, name in enumerate(owners)}
-        wishes = self.wishes
-        owner_of_rank = np.array(
-            [number[wishes[sid].subscriber_id] if sid in wishes else -1 for sid in by_rank.tolist()]
-        )
+        memo = self._owners_memo  # by_rank and the wishes change only when the subscriptions do
+        if memo is not None and (memo[0] is by_rank or np.array_equal(memo[0], by_rank)):
+            owners, owner_of_rank = memo[1], memo[2]
+        else:
+            owners = sorted({wish.subscriber_id for wish in self.wishes.values()})
+            number = {name: k for k, name in enumerate(owners)}
+            wishes = self.wishes
+            owner_of_rank = np.array(
+                [number[wishes[sid].subscriber_id] if sid in wishes else -1 for sid in by_rank.tolist()],
+                dtype=np.int64,
+            )
+            self._owners_memo = (by_rank, owners, owner_of_rank)
         owner = owner_of_rank[ranks] if len(ranks) else np.zeros(0, dtype=np.int64)
         event = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
         keep = owner >= 0  # a freed slot's rank (no subscription) is never matched; kept out anyway
@@ -772,7 +784,8 @@ class QosMonitor:
             "publishers": self.publishers,
             "subscribers": self.subscribers,
             "links": self.links,
-            "wishes": [asdict(w) for w in self.wishes.values()],
+            # the fields read directly: dataclasses.asdict deep-copies every value, and this runs every batch
+            "wishes": [{f: getattr(w, f) for f in _WISH_FIELDS} for w in self.wishes.values()],
             "content": self.content,
             "content_clock": self.content_clock if math.isfinite(self.content_clock) else None,
             "last_report_ms": self.last_report_ms,

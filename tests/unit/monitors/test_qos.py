@@ -286,3 +286,32 @@ def test_scaled_empirical_keeps_values_and_scales_moments() -> None:
     assert np.array_equal(base.cdf(x), parse_distribution(dist).cdf(x))
     for name in ("mean", "variance", "third_moment"):
         assert getattr(got, name) == pytest.approx(getattr(want, name), rel=1e-14)
+
+
+def test_the_subscribers_an_event_matches_follow_a_subscription_that_changes_owner() -> None:
+    """The rank -> subscriber numbering is kept between batches until the subscriptions change."""
+
+    def sub(sid: str, owner: str, text: str) -> SubscriptionRecord:
+        return SubscriptionRecord(
+            key=sid,
+            tombstone=False,
+            op="subscribe",
+            subscription_id=sid,
+            filter=text,
+            composite=None,
+            subscriber_id=owner,
+        )
+
+    m = QosMonitor()
+    m.apply_subscriptions(
+        [sub("s1", "alice", "a = 1"), sub("s2", "bob", "a > 0")], [{"subscriber_id": "alice"}, {"subscriber_id": "bob"}]
+    )
+    assert m._match([{"a": 1}, {"a": 2}]) == [["alice", "bob"], ["bob"]]
+    assert m._match([{"a": 2}, {"a": 1}]) == [["bob"], ["alice", "bob"]]  # the kept numbering
+    m.apply_subscriptions([sub("s1", "carol", "a = 1")], [{"subscriber_id": "carol"}])
+    assert m._match([{"a": 1}]) == [["bob", "carol"]]
+    m.apply_subscriptions([sub("s3", "alice", "a = 2")], [{"subscriber_id": "alice"}])
+    assert m._match([{"a": 2}, {"a": 1}]) == [["alice", "bob"], ["bob", "carol"]]
+    restored = QosMonitor.from_bytes(m.to_bytes())
+    assert restored._match([{"a": 2}, {"a": 1}]) == [["alice", "bob"], ["bob", "carol"]]
+    assert restored.wishes == m.wishes
