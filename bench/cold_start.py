@@ -10,9 +10,10 @@ partitions, keyed by id); W1 events (20 integer attributes uniform on [0, 10^6])
    ``--port`` + 1, its own temporary home, removed at the end), the topics, and the N records
    published as fast as the producer takes them (the time is printed).
 2. **Each run**: ``siftstream match-job`` is started as a child process (``--mode`` exact, the
-   default, or direct; Spark ``local[2]``) on its checkpoint; from its start a thread publishes
+   default, or direct; Spark ``--master``, ``local[2]`` by default) on its checkpoint; from its start a thread publishes
    one event every 100 ms (``event_id`` ``<run>-<seq>``, keyed by event id, so both partitions
-   get events and both Python workers must load the subscriptions). The time measured is from
+   get events and, under ``local[2]``, both Python workers load the subscriptions; ``--master
+   local[1]`` has one worker load them, half the memory). The time measured is from
    the child's start to the first ``Match`` record of an event of this run: as read by the
    bench, and by the record's Kafka timestamp (set by Spark's producer when it sent it). At that
    moment the resident memory of the job's processes is read from ``/proc``: its driver (the
@@ -26,7 +27,7 @@ partitions, keyed by id); W1 events (20 integer attributes uniform on [0, 10^6])
 3. **Restart**: the same again on the same checkpoint (``--restarts``, default 1).
 
 Run: ``OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/cold_start.py [--subs 1000000] [--modes
-exact,direct] [--restarts 1]``; ``--subs 100000`` for a quick check. Readings:
+exact,direct] [--restarts 1] [--master local[2]]``; ``--subs 100000`` for a quick check. Readings:
 docs/results/matching.md ("Cold start through Kafka").
 """
 
@@ -218,6 +219,8 @@ def run_job(conn: KafkaConnection, args: argparse.Namespace, mode: str, label: s
         str(stats_file),
         "--mode",
         mode,
+        "--master",
+        args.master,
     ]
     watch = Watch(tag=label)
     stop = threading.Event()
@@ -294,6 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--modes", default="exact,direct", help="match-job modes, one after the other (default: %(default)s)"
     )
     ap.add_argument("--restarts", type=int, default=1, help="restarts on the same checkpoint per mode")
+    ap.add_argument(
+        "--master",
+        default="local[2]",
+        help="the job's Spark master (default: %(default)s); local[1] runs one Python worker, which alone "
+        "builds the index, where local[2]'s two each build one",
+    )
     ap.add_argument("--port", type=int, default=39100, help="broker port; the controller's is the next one")
     ap.add_argument("--timeout", type=float, default=900, help="seconds a run may take to its first Match record")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, checkpoints) and print it")
@@ -310,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"== matching job cold start through Kafka: {args.subs:,} W1 subscriptions (bench/churn.py's w1_texts, "
         f"20 attributes over [0, 10^6], 10 `between` predicates of width 5 * 10^5 each) on the compacted "
         f"subscriptions topic (2 partitions, 1 local broker); one W1 event every 100 ms from the job's start; Spark "
-        f"local[2] on {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}",
+        f"{args.master} on {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     print(up(broker, ensure_jars()), file=sys.stderr)
