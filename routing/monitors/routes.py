@@ -196,6 +196,7 @@ class RoutePlanner:
         self.drift_streak = 0
         self.counters: dict[str, int] = {"replans": 0, "kept": 0, "switched": 0, "unknown_subscriptions": 0}
         self.notes: list[str] = []
+        self._codes: tuple[dict[str, int], list[str]] | None = None  # see _filter_codes
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -223,6 +224,7 @@ class RoutePlanner:
 
         Invalid filters are the matching job's to dead-letter; here they just remove the id.
         """
+        self._codes = None
         for sid, subscriber, broker, text in changes:
             self.subscriptions.pop(sid, None)
             if text is None:
@@ -236,22 +238,44 @@ class RoutePlanner:
     def add_matches(
         self, publishers: Sequence[str], published_at: Sequence[float], subscription_ids: Sequence[Sequence[str]]
     ) -> None:
-        """Count matched events per (publisher, filter): one count per event and distinct filter."""
-        times: dict[str, list[float]] = {}
-        for pub, at, sids in zip(publishers, published_at, subscription_ids, strict=True):
-            seen: set[str] = set()
-            for sid in sids:
-                sub = self.subscriptions.get(sid)
-                if sub is None:
-                    self.counters["unknown_subscriptions"] += 1
-                    continue
-                if sub["filter"] not in seen:
-                    seen.add(sub["filter"])
-                    times.setdefault(f"{pub}|{sub['filter']}", []).append(float(at))
-        for key, ts in times.items():
-            self._rates.add(key, ts, np.ones(len(ts)))
-            first = min(ts)
-            self.first_ms = first if self.first_ms is None else min(self.first_ms, first)
+        """Count matched events per (publisher, filter): one count per event and distinct filter.
+
+        Columnar: every (event, filter) pair at once (numpy), then one window update per flow and
+        bucket (:meth:`RollingWindow.add_groups`); the subscription -> filter numbering is kept
+        until the subscriptions change.
+        """
+        n = len(subscription_ids)
+        if n == 0:
+            return
+        codes, filters = self._filter_codes()
+        lengths = np.fromiter((len(s) for s in subscription_ids), dtype=np.int64, count=n)
+        flat = np.fromiter(
+            (codes.get(sid, -1) for sids in subscription_ids for sid in sids), dtype=np.int64, count=int(lengths.sum())
+        )
+        event = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        known = flat >= 0
+        self.counters["unknown_subscriptions"] += int(np.count_nonzero(~known))
+        if not known.any():
+            return
+        width = len(filters)
+        pairs = np.unique(event[known] * width + flat[known])  # distinct (event, filter)
+        event, flow_filter = pairs // width, pairs % width
+        pub_names, pub_code = np.unique(np.asarray([str(p) for p in publishers]), return_inverse=True)
+        flow, row_flow = np.unique(pub_code.reshape(-1)[event] * width + flow_filter, return_inverse=True)
+        names = [f"{pub_names[k // width]}|{filters[k % width]}" for k in flow.tolist()]
+        times = np.asarray(published_at, dtype=np.float64)[event]
+        self._rates.add_groups(names, row_flow, times, np.ones(len(times)))
+        first = float(times.min())
+        self.first_ms = first if self.first_ms is None else min(self.first_ms, first)
+
+    def _filter_codes(self) -> tuple[dict[str, int], list[str]]:
+        """Each subscription's filter as a number, and the filters by number (kept until
+        :meth:`apply_subscriptions` changes the subscriptions)."""
+        if self._codes is None:
+            numbers: dict[str, int] = {}
+            codes = {sid: numbers.setdefault(sub["filter"], len(numbers)) for sid, sub in self.subscriptions.items()}
+            self._codes = (codes, list(numbers))
+        return self._codes
 
     def add_link_samples(
         self, src: Sequence[str], dst: Sequence[str], sent_at: Sequence[float], delay_ms: Sequence[float]

@@ -26,7 +26,7 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 import numpy as np
@@ -175,6 +175,47 @@ class RollingWindow(Generic[T]):
             if item is None:
                 item = ring[b] = self._factory()
             item.add(v[rows])
+
+    def add_groups(self, names: Sequence[str], code: ArrayLike, t_ms: ArrayLike, values: ArrayLike) -> None:
+        """:meth:`add` for the rows of many keys at once: row ``i`` belongs to key ``names[code[i]]``.
+        One rotation to the newest bucket of all the rows, then one summary ``add`` per key and
+        bucket (rows in their order), not a pass over the rows per key. Kept buckets end as
+        :meth:`add` per key leaves them.
+
+        >>> from routing.stats.moments import Moments
+        >>> w = RollingWindow(Moments, bucket_ms=1000, buckets=2)
+        >>> w.add_groups(["a", "b"], [0, 1, 0], [100.0, 1500.0, 1900.0], np.array([1.0, 2.0, 3.0]))
+        >>> w.query("a", 2000.0).count, w.query("a", 2000.0).mean, w.query("b", 2000.0).mean
+        (2, 2.0, 2.0)
+        """
+        c = np.asarray(code, dtype=np.int64).reshape(-1)
+        t = np.asarray(t_ms, dtype=np.float64).reshape(-1)
+        v = np.asarray(values)
+        if not len(c) == len(t) == len(v):
+            raise ValueError(f"RollingWindow.add_groups: {len(c)} codes, {len(t)} times, {len(v)} values")
+        if t.size == 0:
+            return
+        if not np.isfinite(t).all():
+            raise ValueError("RollingWindow.add_groups: times must be finite")
+        bucket = np.floor(t / self._bucket_ms).astype(np.int64)
+        self._rotate(int(bucket.max()))
+        assert self._newest is not None
+        late = bucket < self._newest - self._retain + 1
+        self._dropped += int(np.count_nonzero(late))
+        keep = np.flatnonzero(~late)
+        if not keep.size:
+            return
+        self._merged.clear()
+        order = keep[np.lexsort((bucket[keep], c[keep]))]  # by key, then bucket; stable
+        ck, bk, vk = c[order], bucket[order], v[order]
+        starts = np.flatnonzero(np.r_[True, (ck[1:] != ck[:-1]) | (bk[1:] != bk[:-1])])
+        ends = np.r_[starts[1:], len(order)]
+        for s, e, k, b in zip(starts.tolist(), ends.tolist(), ck[starts].tolist(), bk[starts].tolist(), strict=True):
+            ring = self._data.setdefault(names[k], {})
+            item = ring.get(b)
+            if item is None:
+                item = ring[b] = self._factory()
+            item.add(vk[s:e])
 
     def keys(self) -> list[str]:
         """Keys with at least one kept bucket, sorted."""
