@@ -279,6 +279,7 @@ class Supervisor:
         self.dirs = query_dirs(cfg.checkpoint_dir, cfg.topic_prefix)
         self._consumer = Consumer(cfg.conn.confluent(**{"group.id": "siftstream-serve", "enable.auto.commit": False}))
         self._topics: list[str] = []
+        self._batch_read: dict[tuple[str, str], int] = {}  # (job, query) -> batch id of the last progress read
 
     def start_all(self, stopping: threading.Event | None = None) -> None:
         """Start every configured job, in order; stop starting more once ``stopping`` is set."""
@@ -361,13 +362,31 @@ class Supervisor:
 
     def _observe(self, run: JobRun) -> None:
         for name, query in run.queries.items():
-            for progress in query.recentProgress:
+            for progress in self._new_progress(run.job, name, query):
                 self.metrics.observe(run.job, name, progress)
         history = getattr(run.handler, "history", None)
         while history:  # the handler's per-batch stats, taken so that a long run keeps none
             stats = history.pop(0)
             if run.job == "matching":
                 self.metrics.matched(stats.events, stats.matches)
+
+    def _new_progress(self, job: str, name: str, query: Any) -> list[Any]:
+        """The query's progress reports since the last call: its last one, or every one Spark keeps
+        (``recentProgress``) on the first call and when more than one batch ran in between. Each
+        report kept costs a Py4J call and a JSON parse (up to 100 a query), and reading them all
+        for every query at every poll took the driver's Python, which runs every job's batches,
+        from the jobs; ``metrics.observe`` skips a report seen before."""
+        from streaming.metrics import progress_doc
+
+        last = query.lastProgress
+        if last is None:
+            return []
+        batch = int(progress_doc(last).get("batchId", -1))
+        before = self._batch_read.get((job, name))
+        self._batch_read[(job, name)] = batch
+        if before is not None and before <= batch <= before + 1:
+            return [last]
+        return list(query.recentProgress)
 
     def _lag(self) -> None:
         if not self._topics:

@@ -177,7 +177,17 @@ class StandInQuery:
         self.isActive = True
         self.error: Exception | None = None
         self.status = {"isTriggerActive": False}
-        self.recentProgress: list[dict[str, object]] = []
+        self.kept: list[dict[str, object]] = []  # the reports Spark keeps, oldest first
+        self.full_reads = 0
+
+    @property
+    def recentProgress(self) -> list[dict[str, object]]:
+        self.full_reads += 1
+        return list(self.kept)
+
+    @property
+    def lastProgress(self) -> dict[str, object] | None:
+        return self.kept[-1] if self.kept else None
 
     def exception(self) -> Exception | None:
         return self.error
@@ -221,5 +231,38 @@ def test_supervisor_restarts_a_failed_job_after_a_growing_backoff(
         assert "qos: query b stopped; restart 2 in 4 s" in caplog.messages
         assert metrics.registry.get_sample_value("siftstream_job_restarts_total", {"job": "qos"}) == 1
         assert metrics.registry.get_sample_value("siftstream_job_up", {"job": "qos"}) == 0
+    finally:
+        supervisor.stop(grace_s=0)
+
+
+def test_supervisor_reads_the_last_progress_and_all_kept_ones_only_after_a_gap(tmp_path: Path) -> None:
+    query = StandInQuery()
+
+    def starter(spark: object, cfg: ServeConfig, job: str) -> JobRun:
+        return JobRun(job, {"query": query})
+
+    cfg = ServeConfig(conn=KafkaConnection("127.0.0.1:9"), checkpoint_dir=tmp_path, stats_dir=tmp_path, jobs=("qos",))
+    metrics = JobMetrics(CollectorRegistry())
+    supervisor = Supervisor(None, cfg, metrics, starter)
+
+    def batches() -> float | None:
+        return metrics.registry.get_sample_value("siftstream_job_batches_total", {"job": "qos"})
+
+    try:
+        supervisor.start_all()
+        run = supervisor.runs["qos"]
+        supervisor._observe(run)  # no report yet
+        query.kept += [progress(0, 1, 100, 1500, 100), progress(1, 3, 40, 500, 140)]
+        supervisor._observe(run)  # the first read takes every kept report
+        assert (batches(), query.full_reads) == (2, 1)
+        query.kept.append(progress(2, 5, 10, 400, 150))
+        supervisor._observe(run)
+        supervisor._observe(run)  # nothing new: the same last report, counted once
+        assert (batches(), query.full_reads) == (3, 1)
+        query.kept.append(progress(3, 7, 0, 1, 150, ran=False))  # idle
+        supervisor._observe(run)
+        query.kept += [progress(4, 9, 5, 300, 155), progress(5, 11, 5, 300, 160)]  # two batches between polls
+        supervisor._observe(run)
+        assert (batches(), query.full_reads) == (5, 2)  # the gap read every kept report: none missed
     finally:
         supervisor.stop(grace_s=0)
