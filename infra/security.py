@@ -21,7 +21,8 @@ What runs beside the jobs (:class:`AccessService`, started by ``siftstream serve
 subscription gateway (:func:`forward_subscriptions`, as ``jobs``: each subscriber's inbox to the
 subscriptions table, only the subscriptions it owns) and the channel grants
 (:func:`follow_channel_grants`, as ``admin``: each subscriber may read the channels its
-subscriptions are planned on).
+subscriptions are planned on, and loses a channel they were moved off once their clients passed
+the hand-over marker there, or after a grace period).
 
 Everything lives under one home (a ``BrokerConfig.home``): ``security/`` holds the CA, the
 broker's PKCS12 keystore, ``ca.pem`` (the clients' trust) and ``users.json`` (the generated
@@ -67,20 +68,26 @@ from schemas.topics import (
 
 __all__ = [
     "ADMIN",
+    "DEFAULT_REVOKE_GRACE_S",
     "MECHANISM",
     "AccessCounts",
     "AccessService",
+    "ChannelMove",
     "Grant",
     "SecureHome",
     "add_users",
     "apply_grants",
     "channel_grants",
+    "channel_moves",
+    "channel_revocations",
+    "committed_positions",
     "follow_channel_grants",
     "forward_subscriptions",
     "grant_subscriber",
     "inbox_topic",
     "ownership_error",
     "profile_text",
+    "remove_grants",
     "role_grants",
     "secure_properties",
     "subscriber_principal",
@@ -324,29 +331,26 @@ def role_grants(role: str, prefix: str = "", channels: Sequence[int] = ()) -> li
     raise ValueError(f"unknown role {role!r}: expected publisher, jobs, admin or subscriber-<id>")
 
 
-def apply_grants(admin_conn: KafkaConnection, grants: Iterable[Grant], timeout_s: float = 30.0) -> int:
-    """Create ``grants`` as ACLs with the Admin API (as a super user); return how many."""
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        AdminClient,
-        ResourcePatternType,
-        ResourceType,
+def _acl_fields(g: Grant) -> tuple[Any, ...]:
+    """The fields of ``g``'s ACL in the order of confluent-kafka's ``AclBinding`` (and ``AclBindingFilter``)."""
+    from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    return (
+        ResourceType[g.kind.upper()],
+        g.name,
+        ResourcePatternType[g.pattern.upper()],
+        g.principal,
+        "*",
+        AclOperation[g.operation],
+        AclPermissionType.ALLOW,
     )
 
-    bindings = [
-        AclBinding(
-            ResourceType[g.kind.upper()],
-            g.name,
-            ResourcePatternType[g.pattern.upper()],
-            g.principal,
-            "*",
-            AclOperation[g.operation],
-            AclPermissionType.ALLOW,
-        )
-        for g in grants
-    ]
+
+def apply_grants(admin_conn: KafkaConnection, grants: Iterable[Grant], timeout_s: float = 30.0) -> int:
+    """Create ``grants`` as ACLs with the Admin API (as a super user); return how many."""
+    from confluent_kafka.admin import AclBinding, AdminClient
+
+    bindings = [AclBinding(*_acl_fields(g)) for g in grants]
     if not bindings:
         return 0
     admin = AdminClient(admin_conn.confluent())
@@ -373,15 +377,137 @@ def channel_grants(subscriber_of: Mapping[str, str], channel_of: Mapping[str, in
     return {(subscriber, channel_of.get(sid, LOBBY)) for sid, subscriber in subscriber_of.items()}
 
 
+DEFAULT_REVOKE_GRACE_S = 3600.0
+"""How long after a version moved a subscription off a channel its subscriber keeps reading it at
+most, passed the hand-over marker or not (a client that is gone or never commits)."""
+
+
+@dataclass(frozen=True)
+class ChannelMove:
+    """Subscription ``subscription_id`` left ``channel`` when the version installed at ``at_ms``
+    (ms since the epoch) moved it; that version's hand-over marker is at offset ``marker`` of the
+    channel's topic (None: the version wrote none there)."""
+
+    subscription_id: str
+    channel: int
+    marker: int | None
+    at_ms: int
+
+
+def channel_moves(
+    before: Mapping[str, int], after: Mapping[str, int], handover: Mapping[int, int], at_ms: int
+) -> list[ChannelMove]:
+    """The moves that installing a version makes: each subscription whose channel under the
+    installed members ``before`` differs from the one under the new version's ``after`` (the
+    lobby where a mapping does not place it), with the marker's offset in the channel left
+    (``handover``: channel -> offset) and the installation time ``at_ms``.
+
+    >>> channel_moves({}, {"carol-1": 2, "carol-2": 0}, {0: 7, 1: 4, 2: 9}, 50)
+    [ChannelMove(subscription_id='carol-1', channel=0, marker=7, at_ms=50)]
+    """
+    moves = []
+    for sid in sorted(set(before) | set(after)):
+        old, new = before.get(sid, LOBBY), after.get(sid, LOBBY)
+        if old != new:
+            moves.append(ChannelMove(sid, old, handover.get(old), at_ms))
+    return moves
+
+
+def channel_revocations(
+    needed: set[tuple[str, int]],
+    moves: Iterable[ChannelMove],
+    owner_of: Mapping[str, str],
+    committed: Mapping[tuple[str, int], int],
+    live: Iterable[str],
+    now_ms: int,
+    grace_ms: int,
+) -> set[tuple[str, int]]:
+    """The ``(subscriber id, channel)`` read grants to take away (docs/guide/security.md).
+
+    A pair is a candidate when one of the subscriber's subscriptions was moved off the channel
+    (``moves``, the newest move of each subscription and channel; ``owner_of``: subscription id ->
+    subscriber id, kept after a tombstone; a move of a subscription whose owner is not known yet
+    waits). It is revoked when the
+    subscriber no longer needs the channel (the pair is not in ``needed``: :func:`channel_grants`
+    under the newest planned and the installed assignment) and each of those moves is done: the
+    subscription is gone (not in ``live``, the subscriptions table), or its client committed a
+    position after the marker in that channel (``committed[(subscription id, channel)]`` >
+    ``marker``, consumer group ``siftstream-client-<subscription id>``), or ``grace_ms`` passed
+    since the move (``now_ms - at_ms >= grace_ms``: a client that is gone keeps nothing forever).
+
+    >>> move, owner = ChannelMove("carol-1", 0, 7, at_ms=1_000), {"carol-1": "carol"}
+    >>> channel_revocations(set(), [move], owner, {("carol-1", 0): 7}, {"carol-1"}, 2_000, 60_000)
+    set()
+    >>> channel_revocations(set(), [move], owner, {("carol-1", 0): 8}, {"carol-1"}, 2_000, 60_000)
+    {('carol', 0)}
+    >>> channel_revocations({("carol", 0)}, [move], owner, {("carol-1", 0): 8}, {"carol-1"}, 2_000, 60_000)
+    set()
+    >>> channel_revocations(set(), [move], owner, {}, {"carol-1"}, 61_000, 60_000)
+    {('carol', 0)}
+    """
+    alive = set(live)
+    blocked: set[tuple[str, int]] = set()
+    candidates: set[tuple[str, int]] = set()
+    for m in moves:
+        if m.subscription_id not in owner_of:
+            continue
+        pair = (owner_of[m.subscription_id], m.channel)
+        candidates.add(pair)
+        passed = m.marker is not None and committed.get((m.subscription_id, m.channel), -1) > m.marker
+        if m.subscription_id in alive and not passed and now_ms - m.at_ms < grace_ms:
+            blocked.add(pair)
+    return candidates - needed - blocked
+
+
+def committed_positions(
+    admin_conn: KafkaConnection, keys: Iterable[tuple[str, int]], prefix: str = "", timeout_s: float = 10.0
+) -> dict[tuple[str, int], int]:
+    """The positions that subscriptions' clients committed in channels: ``(subscription id,
+    channel)`` -> offset, read with the Admin API from consumer group ``siftstream-client-<id>``
+    (streaming/client.py); a pair without a committed offset is left out."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    wanted: dict[str, list[int]] = {}
+    for sid, channel in sorted(set(keys)):
+        wanted.setdefault(sid, []).append(channel)
+    if not wanted:
+        return {}
+    admin = AdminClient(admin_conn.confluent())
+    found: dict[tuple[str, int], int] = {}
+    for sid, channels in sorted(wanted.items()):  # the Admin API takes one group per request
+        request = ConsumerGroupTopicPartitions(
+            f"siftstream-client-{sid}", [TopicPartition(channel_topic(c, prefix), 0) for c in channels]
+        )
+        [future] = admin.list_consumer_group_offsets([request], request_timeout=timeout_s).values()
+        channel_of = {channel_topic(c, prefix): c for c in channels}
+        for tp in future.result(timeout_s).topic_partitions:
+            if tp.error is None and tp.offset >= 0 and tp.topic in channel_of:
+                found[(sid, channel_of[tp.topic])] = int(tp.offset)
+    return found
+
+
+def remove_grants(admin_conn: KafkaConnection, grants: Iterable[Grant], timeout_s: float = 30.0) -> int:
+    """Delete the ACLs of ``grants`` with the Admin API (as a super user); return how many existed."""
+    from confluent_kafka.admin import AclBindingFilter, AdminClient
+
+    filters = [AclBindingFilter(*_acl_fields(g)) for g in grants]
+    if not filters:
+        return 0
+    admin = AdminClient(admin_conn.confluent())
+    return sum(len(fut.result(timeout_s)) for fut in admin.delete_acls(filters, request_timeout=timeout_s).values())
+
+
 @dataclass
 class AccessCounts:
     """What the access service (:class:`AccessService`) did so far: records the gateway forwarded
-    and dead-lettered, channel read grants it added (one per subscriber and channel), and the
-    errors it recovered from, with the last one's text."""
+    and dead-lettered, channel read grants it added and took away (one per subscriber and
+    channel), and the errors it recovered from, with the last one's text."""
 
     forwarded: int = 0
     rejected: int = 0
     granted: int = 0
+    revoked: int = 0
     errors: int = 0
     last_error: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -396,23 +522,36 @@ class AccessCounts:
             return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
 
 
+def _channel_acls(subscriber: str, channel: int, prefix: str) -> list[Grant]:
+    return _topic(f"User:{subscriber_principal(subscriber)}", channel_topic(channel, prefix), "READ", "DESCRIBE")
+
+
 def follow_channel_grants(
     admin_conn: KafkaConnection,
     prefix: str = "",
     stop: threading.Event | None = None,
     counts: AccessCounts | None = None,
     poll_s: float = 0.5,
+    grace_s: float = DEFAULT_REVOKE_GRACE_S,
+    check_s: float = 2.0,
+    max_asks: int = 256,
 ) -> set[tuple[str, int]]:
     """Grant every subscriber READ and DESCRIBE on the channel topics its subscriptions are
-    delivered on, as the channels job moves them, until ``stop`` is set; return the pairs granted.
+    delivered on, as the channels job moves them, and take a channel away once no subscription
+    of the subscriber needs it; run until ``stop`` is set and return the pairs granted.
 
-    It reads the subscriptions table (who owns each subscription) and the planned records of the
-    channel assignments topic (where each one is delivered: the newest planned version, which is
-    the one the delivery stage installs next) from their start, and adds the ACLs of
-    :func:`channel_grants`' pairs not granted yet, as ``admin`` (creating an ACL that exists is a
-    no-op, so a restart grants again harmlessly). A planned version is granted before the
-    delivery stage installs it, so a moved subscriber can read its new channel when it reaches the
-    hand-over marker. Grants are only added: the old channel stays readable (docs/guide/security.md).
+    It reads the subscriptions table (who owns each subscription) and the channel assignments
+    topic from their start, and acts once it has read what they held when it started (a restart
+    neither grants an old channel again nor forgets one to take away). Grants: the
+    :func:`channel_grants` pairs of the newest planned version (the one the delivery stage
+    installs next) not granted yet, as ``admin`` (creating an ACL that exists is a no-op), so a
+    moved subscriber can read its new channel when it reaches the hand-over marker. Revocations:
+    each installed version's moves (:func:`channel_moves`, the markers' offsets from its
+    installed record); every ``check_s`` seconds, the clients' committed positions in the
+    channels left (:func:`committed_positions`: one Admin request per subscription, at most
+    ``max_asks`` of them per round, in turn; a position seen past the marker is not asked again)
+    and :func:`channel_revocations` with grace ``grace_s`` say which pairs' ACLs to delete
+    (:func:`remove_grants`). ``counts`` (``granted``, ``revoked``) is kept up to date.
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -420,17 +559,26 @@ def follow_channel_grants(
 
     subs_topic, channels_topic = prefix + SUBSCRIPTIONS_TOPIC, prefix + CHANNELS_TOPIC
     consumer = Consumer(admin_conn.confluent(**{"group.id": "siftstream-channel-grants", "enable.auto.commit": False}))
-    subscriber_of: dict[str, str] = {}
-    channel_of: dict[str, int] = {}
-    version, granted = 0, set[tuple[str, int]]()
+    subscriber_of: dict[str, str] = {}  # the live subscriptions' owners
+    owner_of: dict[str, str] = {}  # every subscription's owner, also after its tombstone
+    planned: dict[int, dict[str, int]] = {}  # members of the planned versions not installed yet
+    installed_version, installed_of = 0, dict[str, int]()
+    moves: dict[tuple[str, int], ChannelMove] = {}
+    passed: dict[tuple[str, int], int] = {}  # moves whose client committed a position past the marker
+    granted = set[tuple[str, int]]()
+    checked_at, rounds = 0.0, 0
     try:
         topics = consumer.list_topics(timeout=10).topics
         missing = [t for t in (subs_topic, channels_topic) if t not in topics]
         if missing:
             raise RuntimeError(f"channel grants: no topic {', '.join(missing)}")
-        consumer.assign(
-            [TopicPartition(t, p, OFFSET_BEGINNING) for t in (subs_topic, channels_topic) for p in topics[t].partitions]
-        )
+        parts = [TopicPartition(t, p) for t in (subs_topic, channels_topic) for p in topics[t].partitions]
+        ends = {}  # where each partition ended at the start (those that held records)
+        for tp in parts:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            if high > low:
+                ends[(tp.topic, tp.partition)] = high
+        consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in parts])
         while stop is None or not stop.is_set():
             for msg in consumer.consume(1000, poll_s):
                 if msg.error() is not None:
@@ -444,25 +592,71 @@ def follow_channel_grants(
                     if record is None or record.get("type") == "unsubscribe":
                         subscriber_of.pop(key, None)
                     elif record.get("subscriber_id"):
-                        subscriber_of[key] = str(record["subscriber_id"])
-                elif record is not None and record.get("stage") == "planned" and int(record["version"]) > version:
-                    version = int(record["version"])
-                    channel_of = {s: int(c["channel"]) for c in record["channels"] for s in c["subscription_ids"]}
-            new = channel_grants(subscriber_of, channel_of) - granted
+                        subscriber_of[key] = owner_of[key] = str(record["subscriber_id"])
+                    continue
+                if record is None or int(record["version"]) <= installed_version:
+                    continue
+                version = int(record["version"])
+                if record.get("stage") == "planned":
+                    planned[version] = {s: int(c["channel"]) for c in record["channels"] for s in c["subscription_ids"]}
+                elif record.get("stage") == "installed" and version in planned:
+                    after = planned[version]
+                    handover = {int(h["channel"]): int(h["offset"]) for h in record["handover"]}
+                    for m in channel_moves(installed_of, after, handover, int(record["created_at"])):
+                        moves[(m.subscription_id, m.channel)] = m
+                        passed.pop((m.subscription_id, m.channel), None)
+                    for sid, channel in after.items():  # back on a channel it left: that move is void
+                        moves.pop((sid, channel), None)
+                    installed_version, installed_of = version, after
+                    planned = {v: members for v, members in planned.items() if v > version}
+            if ends:  # still reading what the topics held at the start
+                at = consumer.position([TopicPartition(t, p) for t, p in ends])
+                ends = {
+                    (tp.topic, tp.partition): ends[(tp.topic, tp.partition)]
+                    for tp in at
+                    if tp.offset < ends[(tp.topic, tp.partition)]
+                }
+                if ends:
+                    continue
+            newest = planned[max(planned)] if planned else installed_of
+            needed = channel_grants(subscriber_of, newest) | channel_grants(subscriber_of, installed_of)
+            new = needed - granted
             if new:
                 apply_grants(
-                    admin_conn,
-                    [
-                        g
-                        for subscriber, c in sorted(new)
-                        for g in _topic(
-                            f"User:{subscriber_principal(subscriber)}", channel_topic(c, prefix), "READ", "DESCRIBE"
-                        )
-                    ],
+                    admin_conn, [g for subscriber, c in sorted(new) for g in _channel_acls(subscriber, c, prefix)]
                 )
                 granted |= new
                 if counts is not None:
                     counts.granted += len(new)
+            if moves and time.monotonic() - checked_at >= check_s:
+                checked_at = time.monotonic()
+                now_ms = int(time.time() * 1000)
+                asked = [
+                    key
+                    for key, m in moves.items()
+                    if (subscriber_of.get(m.subscription_id), m.channel) not in needed
+                    and m.marker is not None
+                    and key[0] in subscriber_of
+                    and key not in passed
+                ]
+                first = rounds * max_asks % len(asked) if asked else 0
+                rounds += 1
+                turn = (asked[first:] + asked[:first])[:max_asks]  # each at most once, in turn
+                for key, offset in committed_positions(admin_conn, turn, prefix).items():
+                    if offset > (moves[key].marker or 0):
+                        passed[key] = offset  # (a position past the marker stays past it)
+                revoke = channel_revocations(
+                    needed, moves.values(), owner_of, passed, subscriber_of, now_ms, int(grace_s * 1000)
+                )
+                if revoke:
+                    removed = [
+                        pair for pair in sorted(revoke) if remove_grants(admin_conn, _channel_acls(*pair, prefix))
+                    ]
+                    granted -= revoke
+                    moves = {k: m for k, m in moves.items() if (owner_of.get(k[0]), m.channel) not in revoke}
+                    passed = {k: o for k, o in passed.items() if k in moves}
+                    if counts is not None:  # ACLs deleted (a restart decides again on what it took before)
+                        counts.revoked += len(removed)
     finally:
         consumer.close()
     return granted
@@ -475,10 +669,19 @@ class AccessService:
     :meth:`start` until :meth:`stop`. A thread whose loop fails (the broker away, a refused
     request) counts the error, waits ``retry_s`` and starts its loop again; both go on from
     where they were (the gateway's committed position; the grants read again from the start).
+    ``revoke_grace_s`` is the channel grants' grace period (:func:`follow_channel_grants`).
     ``siftstream serve --gateway`` and ``python -m infra.security gateway --follow`` run it."""
 
-    def __init__(self, jobs_conn: KafkaConnection, admin_conn: KafkaConnection, prefix: str = "", retry_s: float = 5.0):
+    def __init__(
+        self,
+        jobs_conn: KafkaConnection,
+        admin_conn: KafkaConnection,
+        prefix: str = "",
+        retry_s: float = 5.0,
+        revoke_grace_s: float = DEFAULT_REVOKE_GRACE_S,
+    ):
         self.jobs_conn, self.admin_conn, self.prefix, self.retry_s = jobs_conn, admin_conn, prefix, retry_s
+        self.revoke_grace_s = revoke_grace_s
         self.counts = AccessCounts()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -488,7 +691,9 @@ class AccessService:
             "gateway": lambda: forward_subscriptions(
                 self.jobs_conn, self.prefix, follow=True, stop=self._stop, counts=self.counts
             ),
-            "channel-grants": lambda: follow_channel_grants(self.admin_conn, self.prefix, self._stop, self.counts),
+            "channel-grants": lambda: follow_channel_grants(
+                self.admin_conn, self.prefix, self._stop, self.counts, grace_s=self.revoke_grace_s
+            ),
         }
         for name, loop in loops.items():
             thread = threading.Thread(target=self._keep, args=(name, loop), name=f"siftstream-{name}", daemon=True)
@@ -776,6 +981,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--follow", action="store_true", help="gateway: keep forwarding, and granting channels, until Ctrl-C"
     )
+    parser.add_argument(
+        "--revoke-grace-s",
+        type=float,
+        default=DEFAULT_REVOKE_GRACE_S,
+        help="gateway --follow: seconds after a move until the old channel is taken away even from a client that "
+        "did not pass its marker (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     cfg = kafka.BrokerConfig(home=args.home.resolve(), port=args.port, controller_port=args.controller_port)
     if args.action == "down":
@@ -788,7 +1000,8 @@ def main(argv: list[str] | None = None) -> int:
         sec = SecureHome(cfg.home)
         jobs = sec.connection(cfg.bootstrap, "jobs")
         if args.follow:  # the gateway and the channel grants until Ctrl-C or SIGTERM (exit 130)
-            service = AccessService(jobs, sec.connection(cfg.bootstrap, ADMIN), args.topic_prefix)
+            admin = sec.connection(cfg.bootstrap, ADMIN)
+            service = AccessService(jobs, admin, args.topic_prefix, revoke_grace_s=args.revoke_grace_s)
             signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop ends it as Ctrl-C does
             service.start()
             try:

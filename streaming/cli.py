@@ -775,6 +775,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_config=args.kafka_config,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         gateway=None if args.gateway is None else KafkaConnection.from_file(conn.bootstrap_servers, args.gateway),
+        revoke_grace_s=args.revoke_grace_s,
     )
     return serve(cfg)
 
@@ -838,6 +839,13 @@ def _service_parsers(sub: Any) -> None:
         metavar="ADMIN_PROFILE",
         help="secured Kafka: also run the subscription gateway and grant subscribers their channels, "
         "as the admin profile given (docs/guide/security.md)",
+    )
+    p.add_argument(
+        "--revoke-grace-s",
+        type=float,
+        default=3600.0,
+        help="with --gateway: seconds after a move until a subscriber loses the channel it left even when its "
+        "client did not pass the hand-over marker there (default: %(default)s)",
     )
     p.add_argument("--demo", action="store_true", help="also start the live feeds: stocks, sensors, overlay, clients")
     p.add_argument(

@@ -25,6 +25,7 @@ name                                                        type        what
                                                                         handled, by ``outcome``
                                                                         (``forwarded``, ``dead_letter``)
 ``siftstream_gateway_channel_grants_total``                 counter     channel read grants added
+``siftstream_gateway_channel_revocations_total``            counter     channel read grants taken away
 ``siftstream_gateway_errors_total``                         counter     gateway or grant loop errors
 ``siftstream_gateway_up``                                   gauge       1 while both threads run
                                                                         (0 without ``--gateway``)
@@ -203,6 +204,11 @@ class JobMetrics:
         self.gateway_grants = Counter(
             "siftstream_gateway_channel_grants", "Channel read grants the gateway added.", registry=registry
         )
+        self.gateway_revocations = Counter(
+            "siftstream_gateway_channel_revocations",
+            "Channel read grants the gateway took away (a subscriber moved off the channel).",
+            registry=registry,
+        )
         self.gateway_errors = Counter(
             "siftstream_gateway_errors", "Errors of the gateway's or the grants' loop.", registry=registry
         )
@@ -256,6 +262,7 @@ class JobMetrics:
         self.gateway_records.labels(outcome="forwarded").inc(status["forwarded"] - before.get("forwarded", 0))
         self.gateway_records.labels(outcome="dead_letter").inc(status["rejected"] - before.get("rejected", 0))
         self.gateway_grants.inc(status["granted"] - before.get("granted", 0))
+        self.gateway_revocations.inc(status["revoked"] - before.get("revoked", 0))
         self.gateway_errors.inc(status["errors"] - before.get("errors", 0))
         self.gateway_up.set(1 if status["up"] else 0)
 

@@ -126,6 +126,9 @@ class ServeConfig:
     gateway : KafkaConnection, optional
         The ``admin`` profile's connection: run the subscription gateway (as ``conn``, the jobs
         profile) and grant each subscriber its channels (as this) while serve runs.
+    revoke_grace_s : float
+        With ``gateway``: how long after a move a subscriber keeps the channel it left when its
+        client has not passed the hand-over marker there (docs/guide/security.md).
     """
 
     conn: KafkaConnection
@@ -149,6 +152,7 @@ class ServeConfig:
     kafka_config: str | None = None
     max_offsets_per_trigger: int | None = None
     gateway: KafkaConnection | None = None
+    revoke_grace_s: float = 3600.0
 
     def checkpoint(self, job: str) -> Path:
         return self.checkpoint_dir / f"{job}{self.topic_prefix}"
@@ -481,7 +485,7 @@ def _report_access(status: dict[str, Any], before: dict[str, Any], metrics: JobM
     if status != before:
         _log(
             f"gateway: {status['forwarded']} subscription records forwarded, {status['rejected']} dead-lettered; "
-            f"{status['granted']} channel grants; {status['errors']} errors"
+            f"{status['granted']} channel grants, {status['revoked']} revoked; {status['errors']} errors"
             + (f" (last: {status['last_error']})" if status["errors"] != before.get("errors", 0) else ""),
             logging.INFO if status["up"] and status["errors"] == before.get("errors", 0) else logging.WARNING,
         )
@@ -545,7 +549,7 @@ def serve(cfg: ServeConfig, stop_event: threading.Event | None = None) -> int:
         if cfg.gateway is not None:
             from infra.security import AccessService
 
-            access = AccessService(cfg.conn, cfg.gateway, cfg.topic_prefix)
+            access = AccessService(cfg.conn, cfg.gateway, cfg.topic_prefix, revoke_grace_s=cfg.revoke_grace_s)
             access.start()
             _log("the subscription gateway and the channel grants started (docs/guide/security.md)")
         if cfg.http_port >= 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections import Counter
@@ -254,11 +255,19 @@ def _wait(condition: Any, timeout_s: float, what: str) -> Any:
     return value
 
 
-def _planned(version: int, k: int, members: dict[int, list[str]], subscribers: dict[int, list[str]]) -> bytes:
-    """A planned ``ChannelAssignment`` (the channels job's record) placing ``members`` per channel."""
+def _planned(
+    version: int,
+    k: int,
+    members: dict[int, list[str]],
+    subscribers: dict[int, list[str]],
+    handover: dict[int, int] | None = None,
+) -> bytes:
+    """A planned ``ChannelAssignment`` (the channels job's record) placing ``members`` per channel;
+    with ``handover`` (channel -> marker offset), the version's installed record instead (the
+    delivery stage's: no members)."""
     record = {
         "version": version,
-        "stage": "planned",
+        "stage": "planned" if handover is None else "installed",
         "created_at": int(time.time() * 1000),
         "k": k,
         "reason": "reclustered",
@@ -277,8 +286,9 @@ def _planned(version: int, k: int, members: dict[int, list[str]], subscribers: d
                 "waste_ratio": None,
             }
             for c in range(k)
+            if handover is None
         ],
-        "handover": [],
+        "handover": [{"channel": c, "offset": o} for c, o in sorted((handover or {}).items())],
     }
     return codec_for("ChannelAssignment").encode(record)
 
@@ -297,7 +307,7 @@ def test_a_subscriber_moved_to_another_channel_is_granted_it_and_keeps_receiving
     security.add_users(admin, {CAROL: sec.password(CAROL)})
     security.grant_subscriber(admin, CAROL, PREFIX, [LOBBY])  # as the operator makes a subscriber
     publisher, carol = _conn(secured, "publisher"), _conn(secured, CAROL)
-    service = security.AccessService(jobs, admin, PREFIX)
+    service = security.AccessService(jobs, admin, PREFIX)  # (the default grace: only the marker frees the lobby)
     service.start()
     matching = MatchingConfig(conn=jobs, checkpoint=tmp_path / "ckpt", topic_prefix=PREFIX, available_now=True)
     try:
@@ -321,16 +331,131 @@ def test_a_subscriber_moved_to_another_channel_is_granted_it_and_keeps_receiving
             got = [e["event_id"] for e in sub.events(max_events=len(moved), timeout_s=90)]
             assert sorted(got) == sorted(moved)
             assert (sub.channel, sub.version) == (2, 99)
+            # she passed the lobby's marker (her client committed the offset after it) while still
+            # subscribed: the service takes the lobby away from her, and from no one else
+            _wait(lambda: service.counts.revoked >= 1, 60, "the channel grants to revoke carol's lobby")
+            values, err = _read(carol, channel_topic(LOBBY, PREFIX), "siftstream-client-carol-r")
+            assert values == [] and _refused(err), err
+            values, err = _read(_conn(secured, BOB), channel_topic(1, PREFIX), "siftstream-client-bob-r")
+            assert err is None and values  # bob's channel: untouched
+            values, err = _read(_conn(secured, ALICE), channel_topic(LOBBY, PREFIX), "siftstream-client-alice-r")
+            assert err is None and values  # alice's (the lobby, hers since the start): untouched
         status = service.status()
     finally:
         assert service.stop()
     print(f"\naccess service: {status}")
     assert status["up"] and status["errors"] == 0, status
     assert status["granted"] >= 2  # carol's channel 2, and every subscriber's lobby
+    assert status["revoked"] == 1  # carol's lobby
     values, err = _read(carol, channel_topic(2, PREFIX), "siftstream-client-carol-r")
     assert err is None and values  # granted by the service
     values, err = _read(carol, channel_topic(1, PREFIX), "siftstream-client-carol-r")
     assert values == [] and _refused(err), err  # bob's channel: not hers
+
+
+def _offsets(conn: KafkaConnection, records: list[tuple[str, str, bytes]]) -> list[int]:
+    """Write ``(topic, key, value)`` records, each acknowledged; return their offsets."""
+    got: dict[int, int] = {}
+    producer = Producer(conn.confluent(**{"acks": "all"}))
+    for i, (topic, key, value) in enumerate(records):
+        producer.produce(
+            topic, value, key, on_delivery=lambda err, msg, i=i: got.update({i: -1 if err else msg.offset()})
+        )
+    producer.flush(30)
+    assert len(got) == len(records) and min(got.values(), default=0) >= 0, got
+    return [got[i] for i in range(len(records))]
+
+
+def test_a_late_grant_holds_a_moved_client_at_its_new_channel_and_the_old_one_is_revoked(secured) -> None:  # type: ignore[no-untyped-def]
+    """The delivery stage's records written by hand as jobs, on a deployment of its own: dave's
+    client, in the lobby, reaches the marker of a version that moves it to channel 2 before anyone
+    granted him channel 2. It commits the offset after the lobby's marker, then waits (reading
+    nothing, no error); once the grant comes it goes on with every event of channel 2, each once.
+    Then the channel grants (with a grace long enough not to matter) take his lobby away: he is
+    subscribed and past the marker."""
+    _, sec = secured
+    dave = security.subscriber_principal("dave")
+    sec.ensure((dave,))
+    admin, jobs = _conn(secured, security.ADMIN), _conn(secured, "jobs")
+    prefix = f"d{uuid.uuid4().hex[:8]}."
+    ensure_topics(admin, prefix)
+    ensure_topics(admin, prefix, specs=tuple(channel_spec(c) for c in range(3)))
+    security.apply_grants(admin, security.role_grants("jobs", prefix))
+    security.add_users(admin, {dave: sec.password(dave)})
+    security.grant_subscriber(admin, dave, prefix, [LOBBY])
+    event_codec, marker_codec = codec_for("Event"), codec_for("ChannelMarker")
+
+    def events(channel: int, first: int, count: int) -> list[str]:
+        records = [
+            {"event_id": f"ev{i}", "publisher_id": "p", "published_at": int(time.time() * 1000),
+             "lifetime_ms": 60_000, "attributes": {"dave_tag": "d", "n": i}}
+            for i in range(first, first + count)
+        ]  # fmt: skip
+        _offsets(jobs, [(channel_topic(channel, prefix), r["event_id"], event_codec.encode(r)) for r in records])
+        return [r["event_id"] for r in records]
+
+    stop = threading.Event()
+    counts = security.AccessCounts()
+    with Subscriber(conn=_conn(secured, dave), topic_prefix=prefix, subscriber_id="dave", inbox=True) as client:
+        sub = client.subscribe("dave_tag = 'd'")
+        assert security.forward_subscriptions(jobs, prefix, idle_s=3.0)[0] == 1
+        lobby = events(LOBBY, 0, 5)
+        assert sorted(e["event_id"] for e in sub.events(max_events=5, timeout_s=60)) == sorted(lobby)
+
+        # version 1 moves dave to channel 2: the planned record, the markers, the installed record
+        sid = sub.subscription_id
+        _offsets(jobs, [(prefix + CHANNELS_TOPIC, "1", _planned(1, 3, {2: [sid]}, {2: ["dave"]}))])
+        markers = _offsets(
+            jobs,
+            [
+                (
+                    channel_topic(c, prefix),
+                    "marker/1",
+                    marker_codec.encode({"channel": c, "version": 1, "installed_at": 0}),
+                )
+                for c in range(3)
+            ],
+        )
+        handover = dict(enumerate(markers))
+        _offsets(jobs, [(prefix + CHANNELS_TOPIC, "1", _planned(1, 3, {}, {}, handover=handover))])
+        moved = events(2, 5, 5)
+        assert list(sub.events(max_events=1, timeout_s=15)) == []  # not granted channel 2 yet: waits
+        assert (sub.channel, sub.version) == (2, 1)
+        passed = security.committed_positions(admin, [(sid, LOBBY)], prefix)  # (channel 2's is refused yet)
+        assert passed == {(sid, LOBBY): handover[LOBBY] + 1}, (passed, handover)
+
+        security.apply_grants(
+            admin,
+            [security.Grant(f"User:{dave}", op, "topic", channel_topic(2, prefix)) for op in ("READ", "DESCRIBE")],
+        )
+        got = [e["event_id"] for e in sub.events(max_events=len(moved), timeout_s=60)]
+        assert got == moved and sub.counters.duplicates == 0  # in order, each once
+        more = events(2, 10, 3)
+        assert [e["event_id"] for e in sub.events(max_events=3, timeout_s=60)] == more
+        _wait(
+            lambda: security.committed_positions(admin, [(sid, 2)], prefix).get((sid, 2), 0) > handover[2],
+            30,
+            "dave's client to commit its position in channel 2",
+        )
+
+        def follow() -> None:  # as the access service runs it: a failure is counted
+            try:
+                security.follow_channel_grants(admin, prefix, stop, counts, check_s=0.5)
+            except Exception as exc:
+                counts.failed(repr(exc))
+
+        grants = threading.Thread(target=follow)
+        grants.start()
+        try:
+            _wait(lambda: counts.revoked >= 1 or counts.errors, 60, "the channel grants to revoke dave's lobby")
+        finally:
+            stop.set()
+            grants.join(10)
+        assert counts.as_dict()["revoked"] == 1 and counts.errors == 0, counts
+        values, err = _read(_conn(secured, dave), channel_topic(LOBBY, prefix), f"siftstream-client-{sid}")
+        assert values == [] and _refused(err), err
+        values, err = _read(_conn(secured, dave), channel_topic(2, prefix), f"siftstream-client-{sid}")
+        assert err is None and values
 
 
 def test_the_qos_routes_composites_and_channels_jobs_run_with_the_jobs_profile(  # type: ignore[no-untyped-def]
@@ -488,6 +613,10 @@ def test_serve_runs_the_gateway_with_its_counts_in_the_metrics_and_stops_it(secu
             _wait(lambda: forwarded() > before, 90, "the served gateway to forward the subscription")
         table = read_topic(jobs, PREFIX + SUBSCRIPTIONS_TOPIC, "Subscription")
         assert sid.encode() in {r.key for r in table}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        # the moved-subscriber test's revocation is not this service's (it took carol's lobby away before)
+        assert "siftstream_gateway_channel_revocations_total 0.0" in text.splitlines()
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(60)
