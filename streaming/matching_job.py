@@ -93,9 +93,11 @@ if TYPE_CHECKING:
     from streaming.delivery import DeliveryStage
 
 __all__ = [
+    "RECORD_COLUMNS",
     "BatchStats",
     "MatchingBatch",
     "MatchingConfig",
+    "SubscriptionRows",
     "build_query",
     "event_rows",
     "read_offset_log",
@@ -220,25 +222,64 @@ def subscription_columns(decoded: DataFrame) -> DataFrame:
     )
 
 
+RECORD_COLUMNS = ("key", "tombstone", "error_code", "reason", "op", "subscription_id", "filter", "composite")
+"""The ``subscription_columns`` that make a ``SubscriptionRecord``, in ``_record``'s order."""
+
+
+def _record(
+    key: Any, tombstone: Any, error_code: Any, reason: Any, op: Any, sid: Any, filt: Any, composite: Any
+) -> SubscriptionRecord:
+    text = None
+    if key is not None:
+        try:
+            text = bytes(key).decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    valid = error_code is None
+    return SubscriptionRecord(
+        key=text,
+        tombstone=bool(tombstone),
+        error_code=error_code,
+        reason=reason,
+        op=op if valid else None,
+        subscription_id=sid if valid else None,
+        filter=filt if valid else None,
+        composite=composite if valid else None,
+    )
+
+
 def to_record(row: Any) -> SubscriptionRecord:
     """A collected ``subscription_columns`` row as ``plan_change`` takes it."""
-    key = None
-    if row["key"] is not None:
-        try:
-            key = bytes(row["key"]).decode("utf-8")
-        except UnicodeDecodeError:
-            key = None
-    valid = row["error_code"] is None
-    return SubscriptionRecord(
-        key=key,
-        tombstone=bool(row["tombstone"]),
-        error_code=row["error_code"],
-        reason=row["reason"],
-        op=row["op"] if valid else None,
-        subscription_id=row["subscription_id"] if valid else None,
-        filter=row["filter"] if valid else None,
-        composite=row["composite"] if valid else None,
-    )
+    return _record(*(row[c] for c in RECORD_COLUMNS))
+
+
+class SubscriptionRows:
+    """``subscription_columns`` rows collected as one Arrow table (``DataFrame.toArrow``: no Python
+    object per row and column on the way), sorted by (partition, offset).
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"partition": [1, 0], "offset": [0, 5], "key": [b"s2", b"s1"], "tombstone": [True, False],
+    ...               "error_code": [None, None], "reason": [None, None], "op": [None, "subscribe"],
+    ...               "subscription_id": [None, "s1"], "filter": [None, "x > 1"], "composite": [None, None]})
+    >>> rows = SubscriptionRows(t)
+    >>> [(r.key, r.tombstone, r.filter) for r in rows.records()], rows.row(1)["offset"]
+    ([('s1', False, 'x > 1'), ('s2', True, None)], 0)
+    """
+
+    def __init__(self, table: Any) -> None:
+        self.table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+    def records(self) -> list[SubscriptionRecord]:
+        """Every row as ``plan_change`` takes it, in order (as ``to_record``)."""
+        columns = [self.table.column(c).to_pylist() for c in RECORD_COLUMNS]
+        return [_record(*values) for values in zip(*columns, strict=True)]
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Row ``i`` as a dict of every column (for its dead letter)."""
+        return dict(self.table.slice(i, 1).to_pylist()[0])
 
 
 def subscription_dead_letters(
@@ -364,22 +405,21 @@ class MatchingBatch:
 
     # -- subscriptions ------------------------------------------------------------------------
 
-    def _read_subscriptions(self, start: Mapping[int, int], end: Mapping[int, int]) -> list[Any]:
+    def _read_subscriptions(self, start: Mapping[int, int], end: Mapping[int, int]) -> SubscriptionRows | None:
         """Decoded subscription records in ``[start, end)`` per partition (a missing start: the
-        earliest offset), sorted by (partition, offset)."""
+        earliest offset), sorted by (partition, offset); None when there are none to read."""
         from streaming.decode import decode
 
         parts = sorted(p for p, o in end.items() if start.get(p, EARLIEST) != o and o > 0)
         if not parts:
-            return []
+            return None
         topic = self.cfg.subscriptions_topic
         reader = self.spark.read.format("kafka").options(**self.cfg.conn.spark_options())
         reader = reader.option("assign", json.dumps({topic: parts}))
         reader = reader.option("startingOffsets", json.dumps({topic: {str(p): start.get(p, EARLIEST) for p in parts}}))
         reader = reader.option("endingOffsets", json.dumps({topic: {str(p): end[p] for p in parts}}))
         reader = reader.option("failOnDataLoss", "false")  # compaction leaves gaps in offsets
-        rows = subscription_columns(decode(reader.load(), TOPICS[SUBSCRIPTIONS_TOPIC])).collect()
-        return sorted(rows, key=lambda r: (r["partition"], r["offset"]))
+        return SubscriptionRows(subscription_columns(decode(reader.load(), TOPICS[SUBSCRIPTIONS_TOPIC])).toArrow())
 
     def _restore(self, batch_id: int) -> None:
         """The table as it was after ``batch_id - 1`` (see the module docstring, Restart)."""
@@ -398,7 +438,8 @@ class MatchingBatch:
             f"{batch_id - 1}; rebuilding it from {self.cfg.subscriptions_topic}"
         )
         table = SubscriptionTable()
-        changes = [o.change for o in plan_changes(map(to_record, self._read_subscriptions({}, prev_subs)))]
+        rows = self._read_subscriptions({}, prev_subs)
+        changes = [] if rows is None else [o.change for o in plan_changes(rows.records())]
         table.apply(c for c in changes if c is not None)
         table.snapshot()
         self.table, self.offsets = table, dict(prev_subs)
@@ -428,11 +469,12 @@ class MatchingBatch:
         stats.read_ms = (time.monotonic() - read_started) * 1000
         changes: list[Change] = []
         rejected: list[tuple[Any, tuple[str, str]]] = []
-        for row, outcome in zip(rows, plan_changes(map(to_record, rows)), strict=True):
+        for i, outcome in enumerate(plan_changes([] if rows is None else rows.records())):
             if outcome.change is not None:
                 changes.append(outcome.change)
             if outcome.rejection is not None:
-                rejected.append((row, outcome.rejection))
+                assert rows is not None
+                rejected.append((rows.row(i), outcome.rejection))
             stats.skipped_composites += outcome.skipped
         self.table.apply(changes)
         store_started = time.monotonic()
@@ -446,7 +488,8 @@ class MatchingBatch:
         else:
             self.store.save_delta(batch_id, changes, self.table.version, self.offsets)
         stats.store_ms = (time.monotonic() - store_started) * 1000
-        stats.subscription_records, stats.rejected_subscriptions = len(rows), len(rejected)
+        stats.subscription_records = 0 if rows is None else len(rows)
+        stats.rejected_subscriptions = len(rejected)
         stats.subscriptions, stats.table_version = len(self.table), self.table.version
         stats.subscriptions_ms = (time.monotonic() - started) * 1000
 
