@@ -47,7 +47,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from infra.connection import KafkaConnection
 from producers.kafka_writer import DeliveryReport, KafkaWriter
-from routing.channels.assignment import LOBBY, Assignment, Follower
+from routing.channels.assignment import LOBBY, Assignment, Follower, resume_point
 from routing.matching.index import EventBatch, MatchIndex
 from routing.matching.language import Filter, parse_filter
 from schemas.codec import DecodeError, codec_for, decode
@@ -476,6 +476,16 @@ class Subscription:
         self._versions = _Versions(self._channels_consumer, channels_topic, self.subscription_id)
         # 1. the newest installed version v0 and this subscription's channel under it
         self._versions.read_to_end()
+        point = self._resume_point(prefix) if resume else None
+        if point is not None:  # an earlier life's position, possibly before a move it had not reached
+            version, channel, start = point
+            self.follower = Follower(self.subscription_id, channel=channel, version=version)
+            self._versions.forget_through(version)
+            self.resumed = True
+            self._owner._write_subscription(self.subscription_id, self.record)
+            self._read_from(channel, start)
+            self.start_offset = start
+            return
         v0 = self._versions.newest_installed()
         planned = self._versions.planned.get(v0)
         channel = planned.channel(self.subscription_id) if planned is not None else LOBBY
@@ -495,6 +505,19 @@ class Subscription:
         self._owner._write_subscription(self.subscription_id, self.record)
         self._read_from(channel, start)
         self.start_offset = start
+
+    def _resume_point(self, prefix: str) -> tuple[int, int, int] | None:
+        """Where an earlier life stopped (``routing.channels.assignment.resume_point`` over the
+        versions read and the group's committed positions in their channels), or None."""
+        versions = self._versions
+        channels = sorted({a.channel(self.subscription_id) for a in versions.planned.values()} | {LOBBY})
+        parts = [TopicPartition(channel_topic(c, prefix), 0) for c in channels]
+        committed = {
+            c: int(tp.offset)
+            for c, tp in zip(channels, self._consumer.committed(parts, timeout=10), strict=True)
+            if tp.error is None and tp.offset >= 0
+        }
+        return resume_point(self.subscription_id, versions.planned, versions.installed, committed)
 
     def _read_from(self, channel: int, offset: int) -> None:
         self._pending.clear()

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LOBBY", "Assignment", "Follower"]
+__all__ = ["LOBBY", "Assignment", "Follower", "resume_point"]
 
 LOBBY = 0  # the channel of subscriptions that no installed version places yet
 
@@ -111,3 +111,55 @@ class Follower:
             raise ValueError(f"version {version} has no hand-over offset for channel {new}")
         self.channel = new
         return new, int(handover[new]) + 1
+
+
+def resume_point(
+    subscription_id: str,
+    planned: Mapping[int, Assignment],
+    installed: Mapping[int, Mapping[int, int]],
+    committed: Mapping[int, int],
+) -> tuple[int, int, int] | None:
+    """Where an earlier life of ``subscription_id`` stopped: ``(version, channel, offset)`` to
+    resume at, or None when no committed position says (then the client starts afresh).
+
+    ``planned[v]`` and ``installed[v]`` (channel -> marker offset) are the versions still in
+    ``siftstream.channels.v1``; ``committed[c]`` is the position the subscription's group
+    committed in channel c (the next offset to read). Over the installed versions in order, the
+    subscription reads a run of *segments*: channel c from offset s (0 for the first, the new
+    channel's marker + 1 after a move) to offset e (the marker of the version that moves it off c,
+    unbounded for the last). The earlier life is in the newest segment whose channel's committed
+    position p lies in [s, e]: p <= e means it had not passed that marker yet (a client commits
+    the old channel's marker + 1 and the new channel's start when it moves, docs/reference/delivery.md
+    §5). The version returned is the segment's last (the markers of versions that did not move it
+    are skipped as replays), so the next move is still ahead of the client.
+
+    Invariant: the offset returned is the committed position of the channel returned.
+
+    >>> v1, v2 = Assignment(1, 2, {"s": 0}), Assignment(2, 2, {"s": 1})
+    >>> planned, installed = {1: v1, 2: v2}, {1: {0: 10, 1: 11}, 2: {0: 40, 1: 41}}
+    >>> resume_point("s", planned, installed, {0: 25})     # before version 2's marker in channel 0
+    (1, 0, 25)
+    >>> resume_point("s", planned, installed, {0: 41, 1: 42})  # moved, then read on in channel 1
+    (2, 1, 42)
+    >>> resume_point("s", planned, installed, {}) is None
+    True
+    """
+    versions = sorted(v for v in installed if v in planned)
+    if not versions:
+        return None
+    found: tuple[int, int, int] | None = None
+    channel, start = planned[versions[0]].channel(subscription_id), 0
+    for i, version in enumerate(versions):
+        after = versions[i + 1] if i + 1 < len(versions) else None
+        moved = after is not None and planned[after].channel(subscription_id) != channel
+        if after is not None and not moved:
+            continue  # the same channel under the next version: one segment
+        end = installed[after].get(channel) if after is not None else None
+        p = committed.get(channel)
+        if p is not None and p >= start and (end is None or p <= end):
+            found = (version, channel, p)
+        if after is not None:
+            channel = planned[after].channel(subscription_id)
+            marker = installed[after].get(channel)
+            start = 0 if marker is None else marker + 1
+    return found

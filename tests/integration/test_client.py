@@ -528,3 +528,91 @@ def test_a_kafka_client_error_ends_a_command_with_its_reason(
     assert cli.main(["deadletter", "--bootstrap-servers", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert "siftstream: error: the Kafka cluster: Failed to get metadata" in err and "Traceback" not in err
+
+
+# a program that follows one subscription with resume=True, appending each event's id to a file
+RESUMING_CHILD = """
+import sys
+from streaming.client import Subscriber
+bootstrap, prefix, out, filt = sys.argv[1:5]
+sub = Subscriber(bootstrap, topic_prefix=prefix, subscriber_id="u-r", log=sys.stderr)
+with open(out, "a") as f:
+    for event in sub.subscribe(filt, subscription_id="s-r", resume=True):
+        f.write(event["event_id"] + "\\n")
+        f.flush()
+"""
+
+
+def test_a_client_killed_before_a_move_resumes_on_the_old_channel_and_follows_it(
+    kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
+) -> None:
+    """A client killed with SIGKILL while its subscription sits in the lobby; a version that moves it
+    to channel 1 is installed while it is down. Restarted with ``resume=True`` it must read the
+    rest of the lobby up to the marker, then channel 1 after its marker: every matching event once
+    across the lives but for the last second's repeats (not the new channel from its end)."""
+    import os
+    import signal
+    import sys
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    stage = DeliveryStage(kafka_conn, topic_prefix, k=2)
+    stage.plan(1, {}, reason="initial")
+    stage.install(1)  # nothing placed: s-r reads the lobby under version 1
+    filt = "n < 1000"
+    stage.add("s-r", filt)
+    out, log = tmp_path / "ids.txt", tmp_path / "client.log"
+
+    def start() -> subprocess.Popen[bytes]:
+        with log.open("a") as err:
+            cmd = [sys.executable, "-c", RESUMING_CHILD, kafka_conn.bootstrap_servers, topic_prefix, str(out), filt]
+            return subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
+
+    def handed() -> list[str]:
+        return out.read_text().split() if out.exists() else []
+
+    def wait(condition: Any, what: str, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {log.read_text()[-2000:]}"
+            time.sleep(0.1)
+
+    group = Consumer(kafka_conn.confluent(**{"group.id": "siftstream-client-s-r", "enable.auto.commit": False}))
+    lobby = channel_topic(LOBBY, topic_prefix)
+    stream = [event(i, n=(i * 37) % 1300) for i in range(300)]
+    first = start()
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        wait(lambda: "[subscribe] s-r" in log.read_text(), "the first subscription")
+        for e in stream[:100]:
+            stage.deliver(e)
+        wait(lambda: len(handed()) >= 50, "50 events handed over")
+        wait(lambda: group.committed([TopicPartition(lobby, 0)], timeout=10)[0].offset > 0, "a committed position")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+        first_life = handed()
+        seen_committed = group.committed([TopicPartition(lobby, 0)], timeout=10)[0].offset
+        for e in stream[100:200]:  # while it is down: more in the lobby, then the move, then channel 1
+            stage.deliver(e)
+        stage.plan(2, {"s-r": 1})
+        stage.install(2)
+        for e in stream[200:]:
+            stage.deliver(e)
+        second = start()
+        expected = {e["event_id"] for e in stream if e["attributes"]["n"] < 1000}
+        wait(lambda: set(handed()) >= expected, "every matching event")
+    finally:
+        group.close()
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+    second_life = handed()[len(first_life) :]
+    subscribes = [ln for ln in log.read_text().splitlines() if ln.startswith("[subscribe] s-r")]
+    print(f"\nfirst life {len(first_life)} events, second {len(second_life)}; {subscribes}")
+    assert subscribes[1].endswith("(resumed)") and " on channel 0 (version 1) " in subscribes[1], subscribes
+    assert max(Counter(second_life).values()) == 1 and max(Counter(first_life).values()) == 1
+    assert set(first_life) | set(second_life) == expected
+    assert set(second_life) >= expected - set(first_life)
+    # it went on from the position committed before the kill, not from the lobby's start
+    assert int(subscribes[1].split(" from offset ")[1].split()[0]) == seen_committed > 0
