@@ -153,34 +153,12 @@ class RollingWindow(Generic[T]):
         v = np.asarray(values)
         if len(t) != len(v):
             raise ValueError(f"RollingWindow.add: {len(t)} times but {len(v)} values")
-        if t.size == 0:
-            return
-        if not np.isfinite(t).all():
-            raise ValueError("RollingWindow.add: times must be finite")
-        bucket = np.floor(t / self._bucket_ms).astype(np.int64)
-        self._rotate(int(bucket.max()))
-        assert self._newest is not None
-        oldest = self._newest - self._retain + 1
-        late = bucket < oldest
-        self._dropped += int(np.count_nonzero(late))
-        if late.all():
-            return
-        self._merged.clear()
-        ring = self._data.setdefault(key, {})
-        keep = np.flatnonzero(~late)
-        keep = keep[np.argsort(bucket[keep], kind="stable")]
-        ids, starts = np.unique(bucket[keep], return_index=True)
-        for b, rows in zip(ids.tolist(), np.split(keep, starts[1:]), strict=True):
-            item = ring.get(b)
-            if item is None:
-                item = ring[b] = self._factory()
-            item.add(v[rows])
+        self.add_groups([key], np.zeros(len(t), dtype=np.int64), t, v)
 
     def add_groups(self, names: Sequence[str], code: ArrayLike, t_ms: ArrayLike, values: ArrayLike) -> None:
-        """:meth:`add` for the rows of many keys at once: row ``i`` belongs to key ``names[code[i]]``.
-        One rotation to the newest bucket of all the rows, then one summary ``add`` per key and
-        bucket (rows in their order), not a pass over the rows per key. Kept buckets end as
-        :meth:`add` per key leaves them.
+        """Add the rows of many keys at once (:meth:`add` is this for one key): row ``i`` belongs to
+        key ``names[code[i]]``. One rotation to the newest bucket of all the rows, then one summary
+        ``add`` per key and bucket (rows in their order), not a pass over the rows per key.
 
         >>> from routing.stats.moments import Moments
         >>> w = RollingWindow(Moments, bucket_ms=1000, buckets=2)
