@@ -101,12 +101,11 @@ class RejectionBatch:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from routing.matching.table import plan_changes
         from streaming.decode import decode
-        from streaming.matching_job import subscription_columns, subscription_dead_letters, to_record
+        from streaming.matching_job import SubscriptionRows, subscription_columns, subscription_dead_letters
 
-        rows = subscription_columns(decode(batch, TOPICS[SUBSCRIPTIONS_TOPIC])).collect()
-        rows.sort(key=lambda r: (r["partition"], r["offset"]))
-        outcomes = plan_changes(map(to_record, rows))
-        rejected = [(r, o.rejection) for r, o in zip(rows, outcomes, strict=True) if o.rejection is not None]
+        rows = SubscriptionRows(subscription_columns(decode(batch, TOPICS[SUBSCRIPTIONS_TOPIC])).toArrow())
+        outcomes = plan_changes(rows.records())
+        rejected = [(rows.row(i), o.rejection) for i, o in enumerate(outcomes) if o.rejection is not None]
         if rejected:
             frame = subscription_dead_letters(self.spark, rejected, self.cfg.deadletter_topic)
             frame.write.format("kafka").options(**self.cfg.conn.spark_options()).save()
