@@ -923,11 +923,17 @@ def up(
     else:
         kafka.wait_ready(cfg.bootstrap, timeout_s, client=admin_client)
         line = f"secured Kafka already running (pid {pid}) at {cfg.bootstrap}"
-    admin = sec.connection(cfg.bootstrap, ADMIN)
+    count = _add_roles(sec, cfg.bootstrap, roles, prefix)
+    return f"{line}; users {', '.join(roles)} with {count} ACLs; profiles in {cfg.home / 'profiles'}"
+
+
+def _add_roles(sec: SecureHome, bootstrap: str, roles: Sequence[str], prefix: str) -> int:
+    """Create the users of ``roles`` (their passwords from ``sec``) and their ACLs, as ``admin``;
+    the number of ACLs created."""
+    admin = sec.connection(bootstrap, ADMIN)
     users = sec.users()
     add_users(admin, {r: users[r] for r in roles})
-    count = apply_grants(admin, [g for r in roles for g in role_grants(r, prefix)])
-    return f"{line}; users {', '.join(roles)} with {count} ACLs; profiles in {cfg.home / 'profiles'}"
+    return apply_grants(admin, [g for r in roles for g in role_grants(r, prefix)])
 
 
 def cluster_up(
@@ -957,10 +963,7 @@ def cluster_up(
         format_args=("--add-scram", scram),
         client=admin_client,
     )
-    admin = sec.connection(cluster.bootstrap, ADMIN)
-    users = sec.users()
-    add_users(admin, {r: users[r] for r in roles})
-    count = apply_grants(admin, [g for r in roles for g in role_grants(r, prefix)])
+    count = _add_roles(sec, cluster.bootstrap, roles, prefix)
     return f"{lines}\nsecured: users {', '.join(roles)} with {count} ACLs; profiles in {cluster.home / 'profiles'}"
 
 
