@@ -116,3 +116,24 @@ def test_match_batches_answers_like_the_oracle_as_the_table_changes(
                 assert decode(v, "DeadLetter")[1]["source_offset"] == o
     if rows:
         assert arrow_matching._REPLICAS["job"].rebuilds == 1
+
+
+def test_a_replica_at_the_shipped_version_keeps_its_index_version() -> None:
+    """Micro-batches with no subscription change reuse the ids in rank order (the same array):
+    the id strings and channels that workers keep per ``by_rank`` stay valid between them; a
+    change makes a new one."""
+    arrow_matching._REPLICAS.clear()
+    table = SubscriptionTable()
+    table.apply([("b", "x > 1"), ("a", "x > 0")])
+    base = SimpleNamespace(value=dict(table.filters))
+
+    def by_rank() -> Any:
+        ship = ShipState("job", "match", table.base_version, base, table.deltas(), table.version)
+        return arrow_matching.replica_for(ship).index.match([{"x": 2}]).sorted_ranks()[2]
+
+    first = by_rank()
+    again = by_rank()
+    assert again is first and again.tolist() == ["a", "b"]
+    table.apply([("c", "x > 5")])
+    changed = by_rank()
+    assert changed is not first and changed.tolist() == ["a", "b", "c"]
