@@ -6,7 +6,9 @@ Before micro-batch B's events are matched, :meth:`DeliveryStage.prepare` reads t
 the newest is newer than the installed version it installs it:
 
 1. makes sure the K channel topics exist (``schemas.topics.channel_spec``);
-2. writes a ``ChannelMarker`` of the version to every channel topic and waits for each
+2. writes a ``ChannelMarker`` of the version to every channel topic, its own K and those of the
+   version it replaces (a version with a smaller K moves the subscriptions of the channels it
+   drops, and their clients learn it from the marker there), and waits for each
    acknowledgement, keeping the markers' offsets;
 3. writes the version's ``installed`` record (the planned record's numbers, no members, the
    markers' offsets as ``handover``) to ``siftstream.channels.v1``;
@@ -192,18 +194,19 @@ class DeliveryStage:
 
             return callback
 
-        for c in range(new.k):
+        marked = max(new.k, self.assignment.k)  # the channels the replaced version may still have readers in
+        for c in range(marked):
             value = marker_codec.encode({"channel": c, "version": new.version, "installed_at": now})
             key = f"marker/{new.version}".encode()
             producer.produce(channel_topic(c, self.prefix), value, key, on_delivery=acked(c))
         producer.flush(30)
-        if errors or len(offsets) != new.k:
+        if errors or len(offsets) != marked:
             raise RuntimeError(
                 f"could not write the markers of version {new.version}: {errors or 'no acknowledgement'}"
             )
         installed = {key: planned[key] for key in _COPIED}
         installed.update(version=new.version, stage="installed", created_at=now, channels=[])
-        installed["handover"] = [{"channel": c, "offset": offsets[c]} for c in range(new.k)]
+        installed["handover"] = [{"channel": c, "offset": offsets[c]} for c in range(marked)]
         producer.produce(
             self.channels_topic, record_codec.encode(installed), str(new.version).encode(), on_delivery=acked(None)
         )

@@ -6,7 +6,8 @@ channels. Afterwards every channel topic is read back and judged independently o
 
 - each matched event is in exactly the channels its version's assignment says (the lobby for
   subscriptions no installed version places), once each, and in no other;
-- every version's markers are in every channel, at the offsets of its installed record;
+- every version's markers are in every channel, at the offsets of its installed record, including
+  the channels a version with a smaller K drops (their subscriptions learn of the move there);
 - a reader that follows one subscription from the lobby through every marker with
   ``routing.channels.Follower`` receives exactly the events whose Match record names the
   subscription, each once, although the subscription moved mid-stream.
@@ -33,7 +34,7 @@ from streaming.readers import read_topic, watermarks
 
 pytestmark = pytest.mark.kafka
 
-K = 3
+K = 3  # channel topics: the most any version uses
 FILTERS = {  # over EventGenerator's attributes (price 0..200, volume, symbol)
     "s-cheap": "price < 60",
     "s-mid": "price >= 50 and price < 140",
@@ -46,11 +47,13 @@ PLANS = [
     {"s-cheap": 0, "s-mid": 1, "s-dear": 2, "s-all": 1},
     {"s-cheap": 2, "s-mid": 1, "s-dear": 0, "s-all": 0, "s-none": 1},  # s-cheap, s-dear, s-all move
     {"s-cheap": 1, "s-mid": 2, "s-dear": 0, "s-all": 2, "s-none": 1},  # s-cheap, s-mid, s-all move again
+    {"s-cheap": 1, "s-mid": 0, "s-dear": 0, "s-all": 1, "s-none": 1},  # K = 2: channel 2's s-mid and s-all move
 ]
+KS = [K, K, K, 2]  # each plan's K
 WAVE = 300
 
 
-def planned(version: int, plan: dict[str, int]) -> bytes:
+def planned(version: int, plan: dict[str, int], k: int) -> bytes:
     members: dict[int, list[str]] = defaultdict(list)
     for sid, c in plan.items():
         members[c].append(sid)
@@ -58,7 +61,7 @@ def planned(version: int, plan: dict[str, int]) -> bytes:
         "version": version,
         "stage": "planned",
         "created_at": int(time.time() * 1000),
-        "k": K,
+        "k": k,
         "reason": "initial" if version == 1 else "reclustered",
         "detail": "planned by the test",
         "method": "test",
@@ -74,7 +77,7 @@ def planned(version: int, plan: dict[str, int]) -> bytes:
                 "deliveries": 0,
                 "waste_ratio": None,
             }
-            for c in range(K)
+            for c in range(k)
         ],
         "handover": [],
     }
@@ -142,7 +145,7 @@ def test_moved_subscriptions_lose_nothing_and_receive_nothing_twice(
         for wave in range(len(PLANS) + 1):
             if wave:
                 # a new version mid-stream: wait until the job delivers by it before the next wave
-                writer.send(topic_prefix + CHANNELS_TOPIC, str(wave), planned(wave, PLANS[wave - 1]))
+                writer.send(topic_prefix + CHANNELS_TOPIC, str(wave), planned(wave, PLANS[wave - 1], KS[wave - 1]))
                 assert writer.flush().failed == 0
                 deadline = time.monotonic() + 120
                 while handler.delivery is not None and handler.delivery.assignment.version < wave:
@@ -172,9 +175,9 @@ def test_moved_subscriptions_lose_nothing_and_receive_nothing_twice(
         for r in read_topic(kafka_conn, topic_prefix + CHANNELS_TOPIC, "ChannelAssignment")
         if r.value is not None and r.value["stage"] == "installed"
     ]
-    assert [r["version"] for r in installed] == [1, 2, 3]
+    assert [r["version"] for r in installed] == [1, 2, 3, 4]
     handovers = {r["version"]: {h["channel"]: h["offset"] for h in r["handover"]} for r in installed}
-    plans = {v: Assignment(v, K, PLANS[v - 1]) for v in handovers}
+    plans = {v: Assignment(v, KS[v - 1], PLANS[v - 1]) for v in handovers}
     plans[0] = Assignment(0, K)
 
     # markers: every version in every channel, exactly at its installed offset
