@@ -304,6 +304,65 @@ def _clients(bootstrap: str, prefix: str, filters: dict[str, str], seconds: floa
     return {"got": got, "lags": lags}
 
 
+_ENGINE_STEPS = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets")
+_JOB_STEPS = (
+    "subscriptions_ms",
+    "prepare_ms",
+    "write_ms",
+    "worker_decode_ms",
+    "worker_match_ms",
+    "worker_encode_ms",
+    "worker_deliver_ms",
+)
+
+
+def batch_breakdown(history: list[Any], progress: list[dict[str, Any]], since_ms: int) -> dict[str, Any]:
+    """Where the matching job's busy micro-batches (some events, started at ``since_ms`` or later)
+    spent their time: Spark's ``durationMs`` per step of each trigger (its progress reports, as
+    dicts), the job's ``BatchStats`` steps, each as the median per batch and as ms per 1,000
+    events over all of them; and the events per second of trigger time beside those of the
+    ``foreachBatch`` alone."""
+    busy = [b for b in history if b.events and b.started_at_ms >= since_ms]
+    ids = {b.batch_id for b in busy}
+    reports = [p for p in progress if p.get("batchId") in ids]
+    events = sum(b.events for b in busy)
+
+    def summary(values: list[float]) -> dict[str, float]:
+        if not values:
+            return {"median_ms": float("nan"), "ms_per_1000_events": float("nan")}
+        return {"median_ms": float(np.median(values)), "ms_per_1000_events": 1000 * sum(values) / max(1, events)}
+
+    engine = {step: summary([float(p["durationMs"].get(step, 0)) for p in reports]) for step in _ENGINE_STEPS}
+    trigger = [float(p["durationMs"].get("triggerExecution", 0)) for p in reports]
+    engine["triggerExecution"] = summary(trigger)
+    engine["outside addBatch"] = summary(
+        [float(p["durationMs"].get("triggerExecution", 0) - p["durationMs"].get("addBatch", 0)) for p in reports]
+    )
+    job = {step: summary([float(getattr(b, step)) for b in busy]) for step in ("duration_ms", *_JOB_STEPS)}
+    trigger_events = sum(b.events for b in busy if b.batch_id in {p["batchId"] for p in reports})
+    return {
+        "batches": len(busy),
+        "events": events,
+        "progress_reports": len(reports),
+        "events_per_trigger_s": 1000 * trigger_events / sum(trigger) if sum(trigger) else 0.0,
+        "spark": engine,
+        "job": job,
+    }
+
+
+def _format_breakdown(b: dict[str, Any]) -> str:
+    def line(parts: dict[str, dict[str, float]]) -> str:
+        return ", ".join(f"{k} {v['median_ms']:,.0f} ({v['ms_per_1000_events']:,.1f}/1k ev)" for k, v in parts.items())
+
+    return (
+        f"  where the matching job's {b['batches']} busy batches went (median ms per batch, and ms per 1,000 "
+        f"events); {b['events_per_trigger_s']:,.0f} events per second of trigger time "
+        f"({b['progress_reports']} progress reports):\n"
+        f"    Spark's durationMs: {line(b['spark'])}\n"
+        f"    the job's foreachBatch: {line(b['job'])} (worker_*: summed over the batch's tasks)"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subscriptions", type=int, default=100_000)
@@ -350,6 +409,8 @@ def main() -> int:
     results: dict[str, Any] = {}
     with work, kafka.broker_or(args.bootstrap_servers, jars, heap="1g") as conn:
         spark = build_session(SparkConfig(app_name="bench-delivery"), jars)
+        # every trigger's progress report of the run (Spark keeps 100 by default), for batch_breakdown
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "5000")
         prefix = new_topics(conn)
         load_subscriptions(conn, prefix, w)
         root = Path(work.name)
@@ -436,6 +497,7 @@ def main() -> int:
                 got = reader.result()
                 client_out = clients.result() if clients is not None else {"got": {}, "lags": []}
                 client_got = client_out["got"]
+            progress = [json.loads(p.json) for p in m_query.recentProgress]
         finally:
             for q in queries:
                 q.stop()
@@ -488,6 +550,7 @@ def main() -> int:
             float(np.median([b.events for b in busy])) if busy else 0.0,
             float(np.median([b.duration_ms for b in busy])) if busy else 0.0,
         ),
+        "breakdown": batch_breakdown(m_history, progress, run_started_ms),
         "events_reaching_subscribers_per_s": (
             len(arrivals) / arrival_span_s if arrival_span_s == arrival_span_s and arrival_span_s > 0 else 0.0
         ),
@@ -531,7 +594,8 @@ def main() -> int:
         f"(waste ratio {waste:.3f})\n"
         f"  counts: {r['equal']:,} of {r['match_records']:,} events delivered exactly as their Match "
         f"record says ({r['lost']:,} short, {r['extra']:,} over)\n"
-        f"  real clients: {r['clients']}",
+        f"  real clients: {r['clients']}\n"
+        f"{_format_breakdown(r['breakdown'])}",
         flush=True,
     )
     if args.json:

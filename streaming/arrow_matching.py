@@ -105,9 +105,12 @@ class ShipState:
     version : int
         The table version this micro-batch's events are matched against.
     counters : object, optional
-        Anything with ``add((events, rejected events, matches, deliveries, ready ms))`` (a Spark
-        accumulator); ready ms is the time from a task's first non-empty Arrow batch until its
-        first matches (the replica's sync and the index's first flush), 0 for the later batches.
+        Anything with ``add((events, rejected events, matches, deliveries, ready ms, decode ms,
+        match ms, encode ms, deliver ms))`` (a Spark accumulator); ready ms is the time from a
+        task's first non-empty Arrow batch until its first matches (the replica's sync and the
+        index's first flush), 0 for the later batches; the last four are the Arrow batch's
+        steps (``Event`` decoding, ``index.match`` with the ranks, the ``Match`` rows and dead
+        letters, the delivery rows), ready ms counted in match ms.
     delivery : DeliveryShip, optional
         Write delivery rows by this assignment version; None: no delivery.
     """
@@ -185,21 +188,35 @@ def match_batches(ship: ShipState, targets: Targets, batches: Iterator[pa.Record
         first = replica is None
         if replica is None:  # sync lazily: tasks of partitions without events never build an index
             replica = replica_for(ship)
+        synced = time.monotonic()
         events = decode_rows(rb.column("value"))
+        decoded = time.monotonic()
         matches = replica.index.match(EventBatch.from_columns(n, events.columns()))
         if first:
             ready_ms = (time.monotonic() - started) * 1000
         offsets, ranks, by_rank = matches.sorted_ranks()
+        matched = time.monotonic()
         data, row_off = match_values(events, offsets, ranks, by_rank)
-        yield from output_batches(rb, events, data, row_off, targets)
+        out = list(output_batches(rb, events, data, row_off, targets))
+        encoded = time.monotonic()
         delivered = 0
         if ship.delivery is not None:
             rows, chans = delivery_pairs(events.good, offsets, ranks, channels_by_rank(by_rank, ship.delivery))
             delivered = len(rows)
             if delivered:
-                yield delivery_batch(rb, events, rows, chans, list(ship.delivery.topics))
+                out.append(delivery_batch(rb, events, rows, chans, list(ship.delivery.topics)))
         if ship.counters is not None:
             good_count = int(events.good.sum())
+            done = time.monotonic()
+            steps = (decoded - synced, matched - decoded, encoded - matched, done - encoded)
             ship.counters.add(
-                (good_count, n - good_count, int(matches.counts()[events.good].sum()), delivered, ready_ms)
+                (
+                    good_count,
+                    n - good_count,
+                    int(matches.counts()[events.good].sum()),
+                    delivered,
+                    ready_ms,
+                    *(1000 * s for s in steps),
+                )
             )
+        yield from out

@@ -329,7 +329,13 @@ def read_offset_log(query_checkpoint: Path, batch_id: int) -> dict[str, dict[int
 
 @dataclass
 class BatchStats:
-    """What one micro-batch did (one JSON line of the stats file)."""
+    """What one micro-batch did (one JSON line of the stats file).
+
+    The ``*_ms`` are wall-clock milliseconds on the driver (``duration_ms`` the whole
+    ``foreachBatch``, ``write_ms`` its one Spark job: the workers' matching and the Kafka write),
+    except ``worker_*``: summed over the batch's tasks (which run side by side), from the Python
+    workers (``streaming.arrow_matching.ShipState.counters``).
+    """
 
     batch_id: int
     events: int = 0
@@ -348,20 +354,29 @@ class BatchStats:
     plan_ms: float = 0.0
     store_ms: float = 0.0
     worker_ready_ms: float = 0.0
+    prepare_ms: float = 0.0
+    worker_decode_ms: float = 0.0
+    worker_match_ms: float = 0.0
+    worker_encode_ms: float = 0.0
+    worker_deliver_ms: float = 0.0
     write_ms: float = 0.0
     duration_ms: float = 0.0
     started_at_ms: int = 0
 
 
 class _Sums:
-    """Accumulator parameter: element-wise sums of ``(events, rejected events, matches, deliveries)``
-    and the largest ``ready ms`` (``streaming.arrow_matching.ShipState.counters``)."""
+    """Accumulator parameter over ``streaming.arrow_matching.ShipState.counters``: element-wise
+    sums of ``(events, rejected events, matches, deliveries)``, the largest ``ready ms``, and the
+    sums of the workers' ``(decode, match, encode, deliver)`` ms."""
+
+    ZERO = (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
     def zero(self, value: tuple[float, ...]) -> tuple[float, ...]:
-        return (0, 0, 0, 0, 0.0)
+        return self.ZERO
 
     def addInPlace(self, a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
-        return (*(x + y for x, y in zip(a[:4], b[:4], strict=True)), max(a[4], b[4]))
+        sums = [x + y for x, y in zip(a, b, strict=True)]
+        return (*sums[:4], max(a[4], b[4]), *sums[5:])
 
 
 class _Shipper:
@@ -496,8 +511,10 @@ class MatchingBatch:
         # 2. + 3. ship the table, match the events on executors, one write of everything
         # (Spark's Observation never completes under the Kafka sink's batch write: its query runs
         # nested in a command. The Python workers count into an accumulator instead.)
-        counters = self.spark.sparkContext.accumulator((0, 0, 0, 0, 0.0), _Sums())
+        counters = self.spark.sparkContext.accumulator(_Sums.ZERO, _Sums())
+        prepare_started = time.monotonic()
         delivery = None if self.delivery is None else self.delivery.prepare(batch_id)
+        stats.prepare_ms = (time.monotonic() - prepare_started) * 1000
         ship = dataclasses.replace(self.shipper.ship(self.table), counters=counters, delivery=delivery)
         stats.delivery_version = 0 if delivery is None else delivery.version
         targets = Targets(self.cfg.events_topic, self.cfg.matches_topic, self.cfg.deadletter_topic)
@@ -514,7 +531,8 @@ class MatchingBatch:
             .option("kafka.batch.size", str(1 << 20))
             .save()
         )
-        events, rejected_events, matches, deliveries, stats.worker_ready_ms = counters.value
+        events, rejected_events, matches, deliveries, stats.worker_ready_ms, *steps = counters.value
+        stats.worker_decode_ms, stats.worker_match_ms, stats.worker_encode_ms, stats.worker_deliver_ms = steps
         stats.events, stats.rejected_events = int(events), int(rejected_events)
         stats.matches, stats.deliveries = int(matches), int(deliveries)
         stats.write_ms = (time.monotonic() - write_started) * 1000
@@ -547,6 +565,11 @@ class MatchingBatch:
             "plan_ms": stats.plan_ms,
             "store_ms": stats.store_ms,
             "worker_ready_ms": stats.worker_ready_ms,
+            "prepare_ms": stats.prepare_ms,
+            "worker_decode_ms": stats.worker_decode_ms,
+            "worker_match_ms": stats.worker_match_ms,
+            "worker_encode_ms": stats.worker_encode_ms,
+            "worker_deliver_ms": stats.worker_deliver_ms,
         }
         logs.log_batch(_log, stats.batch_id, fields, self.quiet, {**detail, "write_ms": stats.write_ms})
 
