@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.codec import codec_for
-from schemas.columnar import gather_spans
+from schemas.columnar import binary_buffers, gather_spans
 from schemas.event_records import DecodedEvents
 from schemas.fastenc import zigzag
 from schemas.rules import dead_letter
@@ -55,6 +55,7 @@ __all__ = [
     "Targets",
     "delivery_batch",
     "delivery_pairs",
+    "delivery_pairs_by_sets",
     "match_values",
     "output_batches",
 ]
@@ -192,26 +193,59 @@ def delivery_pairs(
     good: np.ndarray, offsets: np.ndarray, ranks: np.ndarray, channel_by_rank: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The (row, channel) pairs of delivery: for each good row, each channel of its matched
-    subscriptions once, rows ascending and channels ascending within a row.
+    subscriptions once; channels ascending, and rows ascending within a channel (the order of
+    :func:`delivery_batch`'s records).
 
     ``channel_by_rank[r]`` is the channel of the subscription of rank ``r`` (the ranks of
-    ``Matches.sorted_ranks``).
+    ``Matches.sorted_ranks``). Up to 64 channels, each row's channels are one 64-bit mask, the
+    OR of its subscriptions' channel bits (one gather and one ``bitwise_or.reduceat``, no Python
+    object per row or match); beyond 64, a row x channel scatter. :func:`delivery_pairs_by_sets`
+    is the plain twin.
 
     >>> rows, chans = delivery_pairs(np.array([True, True, False]), np.array([0, 2, 3, 4]),
     ...                              np.array([0, 1, 1, 0]), np.array([3, 1]))
     >>> rows.tolist(), chans.tolist()
-    ([0, 0, 1], [1, 3, 1])
+    ([0, 1, 0], [1, 1, 3])
     """
+    n = len(offsets) - 1
+    k = int(channel_by_rank.max(initial=0)) + 1
     counts = np.diff(offsets)
-    rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    chans = channel_by_rank[ranks].astype(np.int64)
-    if not good.all():
-        keep = good[rows]
-        rows, chans = rows[keep], chans[keep]
-    carried = np.zeros((len(counts), int(chans.max(initial=0)) + 1), dtype=bool)  # no sort: a scatter
-    carried[rows, chans] = True
-    pair_rows, pair_chans = np.nonzero(carried)
+    if k <= 64:
+        bits = np.left_shift(np.uint64(1), channel_by_rank.astype(np.uint64))[ranks]
+        masks = np.zeros(n, dtype=np.uint64)
+        nonempty = counts > 0
+        if bits.size:  # each non-empty run ends where the next non-empty one starts
+            masks[nonempty] = np.bitwise_or.reduceat(bits, offsets[:-1][nonempty])
+        masks[~good] = 0
+        carried = (masks[None, :] >> np.arange(k, dtype=np.uint64)[:, None]) & np.uint64(1) != 0
+    else:
+        rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+        carried = np.zeros((k, n), dtype=bool)
+        carried[channel_by_rank[ranks], rows] = True
+        carried &= good[None, :]
+    pair_chans, pair_rows = np.nonzero(carried)
     return pair_rows.astype(np.int64), pair_chans.astype(np.int64)
+
+
+def delivery_pairs_by_sets(
+    good: np.ndarray, offsets: np.ndarray, ranks: np.ndarray, channel_by_rank: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`delivery_pairs`, one row at a time with Python sets (the oracle).
+
+    >>> rows, chans = delivery_pairs_by_sets(np.array([True, True, False]), np.array([0, 2, 3, 4]),
+    ...                                      np.array([0, 1, 1, 0]), np.array([3, 1]))
+    >>> rows.tolist(), chans.tolist()
+    ([0, 1, 0], [1, 1, 3])
+    """
+    pairs = sorted(
+        {
+            (int(channel_by_rank[r]), i)
+            for i in range(len(offsets) - 1)
+            if good[i]
+            for r in ranks[offsets[i] : offsets[i + 1]]
+        }
+    )
+    return np.array([i for _, i in pairs], dtype=np.int64), np.array([c for c, _ in pairs], dtype=np.int64)
 
 
 def delivery_batch(
@@ -242,18 +276,23 @@ def delivery_batch(
     ['e1', 'e2']
     """
     header = codec_for("ChannelEvents").header
-    values = rb.column("value")
+    value_off, value_data, _ = binary_buffers(rb.column("value"))
+    value_off = value_off.astype(np.int64)
     starts, lens = events.event_id
-    # each row once as an array item (its length as Avro's zigzag varint, then its bytes): a
-    # channel's items are then one Arrow take, whose data buffer is their concatenation
-    items = pa.array([zigzag(len(raw)) + raw for raw in values.to_pylist()], pa.binary())
+    # each row once as an array item (its length as Avro's zigzag varint, then its bytes as
+    # published), as one Arrow column: a channel's items are then one take, whose data buffer
+    # is their concatenation
+    n = len(value_off) - 1
+    value_lens = np.diff(value_off)
+    item_data, item_off = assemble([varints(value_lens), Segments(value_data, value_off[:-1], value_lens)], n)
+    items = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(item_off), pa.py_buffer(item_data)])
     order = np.lexsort((rows, chans))  # by channel, rows ascending within one
     rows, chans = rows[order], chans[order]
     cuts = np.flatnonzero(np.diff(chans)) + 1
     out_topics, keys, out_values = [], [], []
     for part_rows, part_chans in zip(np.split(rows, cuts), np.split(chans, cuts), strict=True):
         part = items.take(pa.array(part_rows, pa.int64()))
-        offsets = np.frombuffer(part.buffers()[1], dtype=np.int32, count=len(part) + 1, offset=part.offset * 4)
+        offsets = np.frombuffer(part.buffers()[1], dtype=np.int64, count=len(part) + 1, offset=part.offset * 8)
         data = memoryview(part.buffers()[2])
         begin = 0
         while begin < len(part):  # greedy: as many whole events as fit in max_bytes, at least one

@@ -163,3 +163,22 @@ def test_channel_records_split_by_size_keep_every_event_in_order(
         got.setdefault(topic, []).extend(ids)
     want = {f"c{c}": [f"e{r}" for r in sorted(r for r, cc in pairs if cc == c)] for c in set(chans.tolist())}
     assert got == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 29), max_size=12)), max_size=30),
+    st.lists(st.integers(0, 99), min_size=30, max_size=30),
+    st.sampled_from([1, 2, 32, 64, 65, 100]),
+)
+def test_delivery_pairs_equal_the_set_oracle(rows: list[tuple[bool, list[int]]], channels: list[int], k: int) -> None:
+    """Each good row's channels once, channel-major, for K up to 64 (bit masks) and beyond (the
+    scatter), with empty rows, repeated ranks and rows that are not good."""
+    good = np.array([g for g, _ in rows], dtype=bool)
+    offsets = np.concatenate([[0], np.cumsum([len(r) for _, r in rows])]).astype(np.int64)
+    ranks = np.array([r for _, rs in rows for r in sorted(rs)], dtype=np.int64)
+    channel_by_rank = np.array([c % k for c in channels], dtype=np.int64)
+    got = match_records.delivery_pairs(good, offsets, ranks, channel_by_rank)
+    want = match_records.delivery_pairs_by_sets(good, offsets, ranks, channel_by_rank)
+    assert [a.tolist() for a in got] == [a.tolist() for a in want]
+    assert all(a.dtype == np.int64 for a in got)
