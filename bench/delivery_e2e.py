@@ -338,7 +338,8 @@ def batch_breakdown(history: list[Any], progress: list[dict[str, Any]], since_ms
     engine["outside addBatch"] = summary(
         [float(p["durationMs"].get("triggerExecution", 0) - p["durationMs"].get("addBatch", 0)) for p in reports]
     )
-    job = {step: summary([float(getattr(b, step)) for b in busy]) for step in ("duration_ms", *_JOB_STEPS)}
+    # getattr with a default: the same bench also reads commits whose BatchStats lack some steps
+    job = {step: summary([float(getattr(b, step, 0.0)) for b in busy]) for step in ("duration_ms", *_JOB_STEPS)}
     trigger_events = sum(b.events for b in busy if b.batch_id in {p["batchId"] for p in reports})
     return {
         "batches": len(busy),
