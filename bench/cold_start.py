@@ -22,7 +22,9 @@ partitions, keyed by id); W1 events (20 integer attributes uniform on [0, 10^6])
    ``streaming.matching_job.BatchStats``) give the phases of the batches up to the first match:
    the table's restore from the checkpoint, the Kafka read and JVM decode of the subscription
    records, ``plan_changes`` and the table, the checkpoint write, the slowest worker's sync and
-   first flush (``worker_ready_ms``), the batch's write. The job is then stopped (SIGTERM; in the
+   first flush (``worker_ready_ms``: at a restart, the load of the compiled index a worker of the
+   earlier run saved, docs/decisions/compiled-index.md), the batch's write; and the compiled
+   indexes in the checkpoint after the run. The job is then stopped (SIGTERM; in the
    exact mode once the batch that wrote the record has ended, so that a restart does not replay it).
 3. **Restart**: the same again on the same checkpoint (``--restarts``, default 1).
 
@@ -261,6 +263,9 @@ def run_job(conn: KafkaConnection, args: argparse.Namespace, mode: str, label: s
         "phases": phase_sums(rows, until) if rows else None,
         "exit": proc.returncode,
         "log": str(log_file),
+        "compiled": {
+            f.name: f.stat().st_size / 2**20 for f in sorted((ckpt / "subscriptions" / "compiled").glob("*.npz"))
+        },
     }
 
 
@@ -288,6 +293,8 @@ def _report(r: Mapping[str, Any], n: int) -> None:
             f"{p['duration_ms'] / 1e3:.1f} s",
             flush=True,
         )
+    files = ", ".join(f"{name} {mb:,.0f} MB" for name, mb in r["compiled"].items()) or "none"
+    print(f"     compiled indexes in the checkpoint after the run: {files}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,6 +40,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -113,6 +114,11 @@ class ShipState:
         letters, the delivery rows), ready ms counted in match ms.
     delivery : DeliveryShip, optional
         Write delivery rows by this assignment version; None: no delivery.
+    compiled_dir : str, optional
+        A folder on the workers' disk for compiled indexes (``MatchIndex`` replicas only;
+        ``streaming.subscription_store.CompiledIndexFolder``): a new worker loads the latest one
+        instead of compiling every filter of the snapshot, and a worker that built its index
+        saves it there. None: every new worker compiles the snapshot.
     """
 
     job: str
@@ -123,6 +129,7 @@ class ShipState:
     version: int
     counters: Any = None
     delivery: DeliveryShip | None = None
+    compiled_dir: str | None = None
 
 
 _REPLICAS: OrderedDict[str, IndexReplica] = OrderedDict()
@@ -133,7 +140,12 @@ def replica_for(ship: ShipState) -> IndexReplica:
     """This worker's replica for ``ship.job``, synced to ``ship.version``."""
     replica = _REPLICAS.get(ship.job)
     if replica is None:
-        replica = IndexReplica(INDEX_KINDS[ship.index_kind], freeze_first_build=True)  # a long-lived worker
+        compiled = None
+        if ship.compiled_dir is not None and ship.index_kind == "match":
+            from streaming.subscription_store import CompiledIndexFolder
+
+            compiled = CompiledIndexFolder(Path(ship.compiled_dir))
+        replica = IndexReplica(INDEX_KINDS[ship.index_kind], freeze_first_build=True, compiled=compiled)  # long-lived
         _REPLICAS[ship.job] = replica
         while len(_REPLICAS) > _MAX_REPLICAS:
             _REPLICAS.popitem(last=False)

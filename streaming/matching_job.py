@@ -382,9 +382,9 @@ class _Sums:
 class _Shipper:
     """Driver side of shipping the table: one snapshot broadcast, renewed when the table rebases."""
 
-    def __init__(self, spark: SparkSession, job: str, index_kind: str) -> None:
+    def __init__(self, spark: SparkSession, job: str, index_kind: str, compiled_dir: str | None = None) -> None:
         self._sc = spark.sparkContext
-        self._job, self._kind = job, index_kind
+        self._job, self._kind, self._compiled_dir = job, index_kind, compiled_dir
         self._broadcast: Any = None
         self._base_version: int | None = None
 
@@ -398,7 +398,10 @@ class _Shipper:
             if old is not None:
                 old.unpersist(blocking=False)
         deltas = table.deltas(after=self._base_version)
-        return ShipState(self._job, self._kind, self._base_version, self._broadcast, deltas, table.version)
+        return ShipState(
+            self._job, self._kind, self._base_version, self._broadcast, deltas, table.version,
+            compiled_dir=self._compiled_dir,
+        )  # fmt: skip
 
 
 class MatchingBatch:
@@ -410,7 +413,8 @@ class MatchingBatch:
         self.table: SubscriptionTable | None = None
         self.offsets: dict[int, int] = {}  # the subscriptions topic's offsets the table has read to
         self.last_snapshot = -1
-        self.shipper = _Shipper(spark, uuid.uuid4().hex, cfg.index)
+        # compiled indexes beside the table (workers on the driver's disk: docs/decisions/compiled-index.md)
+        self.shipper = _Shipper(spark, uuid.uuid4().hex, cfg.index, str(cfg.table_folder / "compiled"))
         self.delivery: DeliveryStage | None = None
         if cfg.deliver:
             from streaming.delivery import DeliveryStage

@@ -16,6 +16,14 @@ replay rewrites its own ``delta-B`` with identical content. Writes are atomic (t
 then rename). A gap in the chain (a file lost) makes ``load`` return None, and the job then
 rebuilds the table from the compacted subscriptions topic instead.
 
+Beside them, ``CompiledIndexFolder`` keeps the compiled form of a worker's index
+(``MatchIndex.to_arrays``, with the ``id -> filter text`` map it holds) in ``compiled/``: a Python
+worker that built its index from a snapshot saves it there, and a new worker (a restarted job)
+loads the latest one and applies only what differs from the snapshot it is shipped, instead of
+compiling every filter again (``routing.matching.table.IndexReplica``;
+docs/decisions/compiled-index.md). The workers must share the driver's disk (local mode); where
+they do not, the folder is theirs alone and a restart compiles as before.
+
 >>> import tempfile
 >>> from pathlib import Path
 >>> from routing.matching.table import SubscriptionTable
@@ -34,19 +42,26 @@ True
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
+from routing.matching.index import MatchIndex
+from routing.matching.packing import pack_strings, unpack_strings
 from routing.matching.table import Change, SubscriptionTable
 
-__all__ = ["TableStore"]
+__all__ = ["CompiledIndexFolder", "TableStore"]
 
 _FILE = re.compile(r"^(snapshot|delta)-(\d+)\.json$")
+_COMPILED = re.compile(r"^index-(\d+)\.npz$")
+_log = logging.getLogger(__name__)
 
 
 class TableStore:
@@ -143,3 +158,77 @@ def _json_offsets(offsets: Mapping[int, int]) -> dict[str, int]:
 
 def _int_offsets(offsets: Mapping[str, int]) -> dict[int, int]:
     return {int(p): int(o) for p, o in offsets.items()}
+
+
+class CompiledIndexFolder:
+    """Compiled indexes in one folder (``routing.matching.table.CompiledStore``).
+
+    ``index-<version>.npz`` holds ``MatchIndex.to_arrays`` of an index equal to the table at
+    ``version``, and the ``id -> filter text`` map it holds as packed strings (``filter_ids``,
+    ``filter_texts`` and their offsets), written uncompressed (``numpy.savez``) to a temporary file
+    and renamed, so a reader sees a whole file or none. ``load`` reads the most recently written
+    one; a file that does not load (damaged, another format or Python) is logged and skipped.
+    Only the ``keep`` newest files stay.
+
+    >>> import tempfile
+    >>> folder = CompiledIndexFolder(Path(tempfile.mkdtemp()))
+    >>> index = MatchIndex()
+    >>> index.apply([("s1", "x > 1")])
+    >>> folder.save(index, {"s1": "x > 1"}, 7)
+    >>> loaded, filters = folder.load()
+    >>> loaded.match([{"x": 2}]).ids(0), filters
+    (['s1'], {'s1': 'x > 1'})
+    """
+
+    def __init__(self, folder: Path, keep: int = 2) -> None:
+        self.folder = folder
+        self.keep = keep
+
+    def _files(self) -> list[Path]:
+        """The compiled indexes, the most recently written first."""
+        if not self.folder.is_dir():
+            return []
+        found = []
+        for entry in self.folder.iterdir():
+            if _COMPILED.match(entry.name):
+                try:
+                    found.append((entry.stat().st_mtime_ns, entry.name, entry))
+                except FileNotFoundError:  # pruned by another worker meanwhile
+                    continue
+        return [path for _, _, path in sorted(found, reverse=True)]
+
+    def save(self, index: MatchIndex, filters: Mapping[str, str], version: int) -> None:
+        """Write ``index`` (equal to the table at ``version``) with the texts it holds, unless a file
+        of that version is there; keep the ``keep`` newest files."""
+        path = self.folder / f"index-{version}.npz"
+        if path.exists():
+            return
+        arrays = index.to_arrays()
+        ids, id_offsets = pack_strings(list(filters))
+        texts, text_offsets = pack_strings(list(filters.values()))
+        arrays.update(filter_ids=ids, filter_id_offsets=id_offsets, filter_texts=texts, filter_offsets=text_offsets)
+        tmp = self.folder / f".index-{version}-{os.getpid()}.tmp"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with tmp.open("wb") as f:
+                np.savez(f, **arrays)  # type: ignore[arg-type]
+            os.replace(tmp, path)
+        except OSError as exc:  # a full or read-only disk costs the next start its shortcut, nothing else
+            tmp.unlink(missing_ok=True)
+            _log.warning(f"compiled index {path} not written ({exc})")
+            return
+        for old in self._files()[self.keep :]:
+            old.unlink(missing_ok=True)
+
+    def load(self) -> tuple[MatchIndex, dict[str, str]] | None:
+        """The most recently written index that loads, with the texts it holds; None if none does."""
+        for path in self._files():
+            try:
+                with np.load(path) as npz:
+                    arrays = {name: npz[name] for name in npz.files}
+                ids = unpack_strings(arrays.pop("filter_ids"), arrays.pop("filter_id_offsets"))
+                texts = unpack_strings(arrays.pop("filter_texts"), arrays.pop("filter_offsets"))
+                return MatchIndex.from_arrays(arrays), dict(zip(ids, texts, strict=True))
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+                _log.warning(f"compiled index {path} does not load ({exc}); skipped")
+        return None

@@ -22,9 +22,13 @@ collector
     bulk loads of subscriptions.
 kernels
     The numba-compiled inner loops of :class:`MatchIndex` (internal).
+packing
+    :func:`pack_strings`, :func:`unpack_strings`: strings as a byte blob and offsets, for the
+    compiled form of an index (:meth:`MatchIndex.to_arrays`).
 table
     :class:`SubscriptionTable`: the live subscriptions keyed by id, the changes a record makes
-    (:func:`plan_change`, :func:`plan_changes`), and :class:`IndexReplica` for executors that follow the table.
+    (:func:`plan_change`, :func:`plan_changes`), and :class:`IndexReplica` for executors that follow the table
+    (loading a compiled index from a :class:`CompiledStore` when one is given).
 
 Examples
 --------
@@ -37,7 +41,7 @@ Examples
 """
 
 from routing.matching.collector import collector_paused
-from routing.matching.index import BruteForceIndex, EventBatch, Matches, MatchIndex
+from routing.matching.index import COMPILED_FORMAT, BruteForceIndex, EventBatch, Matches, MatchIndex
 from routing.matching.language import (
     END_OF_INPUT,
     Event,
@@ -56,8 +60,10 @@ from routing.matching.language import (
     parse_filter,
     validate_filter,
 )
+from routing.matching.packing import pack_strings, unpack_strings
 from routing.matching.table import (
     Change,
+    CompiledStore,
     Delta,
     IndexReplica,
     Outcome,
@@ -68,9 +74,11 @@ from routing.matching.table import (
 )
 
 __all__ = [
+    "COMPILED_FORMAT",
     "END_OF_INPUT",
     "BruteForceIndex",
     "Change",
+    "CompiledStore",
     "Delta",
     "Event",
     "EventBatch",
@@ -93,8 +101,10 @@ __all__ = [
     "matching_event",
     "overlap_witness",
     "overlaps",
+    "pack_strings",
     "parse_filter",
     "plan_change",
     "plan_changes",
+    "unpack_strings",
     "validate_filter",
 ]

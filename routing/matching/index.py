@@ -32,9 +32,10 @@ from __future__ import annotations
 import math
 import re
 import sys
+import zlib
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import accumulate, chain, compress, count, repeat
+from itertools import accumulate, chain, compress, count, islice, repeat
 from operator import attrgetter, eq, is_, is_not, itemgetter, not_
 from typing import Any, Final, TypeAlias, cast
 
@@ -56,8 +57,12 @@ from routing.matching.language import (
     parse_filter,
 )
 from routing.matching.oracle import BruteForceIndex, EventBatch, Matches, Ranks, _as_batch, _name_ranks
+from routing.matching.packing import pack_strings, unpack_strings
 
-__all__ = ["BruteForceIndex", "EventBatch", "MatchIndex", "Matches"]
+__all__ = ["COMPILED_FORMAT", "BruteForceIndex", "EventBatch", "MatchIndex", "Matches"]
+
+COMPILED_FORMAT: Final = 1
+"""The version of ``MatchIndex.to_arrays``' layout; ``from_arrays`` refuses any other."""
 
 _MISSING: Final = object()
 
@@ -85,6 +90,22 @@ _VALUES: Final = attrgetter("values")
 _KIND: Final = attrgetter("_kind")
 _FIRST, _SECOND, _THIRD, _FOURTH = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _MEMO_SIZE: Final = 1 << 14  # entries of each compile cache (emptied when full)
+
+
+def _python_identity() -> npt.NDArray[np.int64]:
+    """This interpreter's major and minor version and hash width: the dedup keys of a compiled
+    index (hashes of tuples of numbers) hold in another process of the same identity."""
+    return np.asarray([sys.version_info[0], sys.version_info[1], sys.hash_info.width], dtype=np.int64)
+
+
+def _checksum(arrays: Mapping[str, npt.NDArray[Any]]) -> int:
+    """CRC-32 of the arrays' names, dtypes, shapes and bytes, in name order."""
+    crc = 0
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        crc = zlib.crc32(f"{name}:{a.dtype.str}:{a.shape}".encode(), crc)
+        crc = zlib.crc32(a.view(np.uint8).reshape(-1).data if a.size else b"", crc)
+    return crc
 
 
 def _grow(arr: npt.NDArray[Any], size: int, fill: Any = 0) -> npt.NDArray[Any]:
@@ -1130,6 +1151,144 @@ class MatchIndex:
         order = np.lexsort((merged, events))  # fid order within an event, as the kernels' hits
         counts = np.bincount(events, minlength=n)
         return np.concatenate(([0], np.cumsum(counts))).astype(np.int64), merged[order]
+
+    # -- the compiled form ------------------------------------------------------------------
+
+    def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The index as named numpy arrays, once the queued changes and their bit work are applied:
+        what ``from_arrays`` loads back without parsing or compiling a filter.
+
+        The arrays are the index's own state: the bitset rows and their summaries, the alive and
+        exact bits, the bucket tables of each attribute, the fid table (``_meta``, dedup keys),
+        the predicate store and list literals (their used parts), the member pool, the slot
+        arrays, the free slots and fids in their order, and as packed strings
+        (``routing.matching.packing``) the subscription id of each slot, the attribute names,
+        each attribute's interned strings in code order and the canonical text of each filter
+        that Python checks. ``format`` holds ``COMPILED_FORMAT`` and the settings and counters,
+        ``python`` the interpreter's version and hash width (the dedup keys are hashes of the
+        compiled records), ``checksum`` the CRC-32 of every other array's bytes in name order.
+        The compile caches are not kept. Arrays are copies where the index keeps a larger buffer,
+        views of the index's own arrays otherwise: write them before changing the index.
+
+        Examples
+        --------
+        >>> index = MatchIndex()
+        >>> index.apply([("a", "x between 1 and 5"), ("b", "name startswith 'ai'")])
+        >>> loaded = MatchIndex.from_arrays(index.to_arrays())
+        >>> loaded.match([{"x": 2, "name": "air"}]).all_ids(), len(loaded)
+        ([['a', 'b']], 2)
+        """
+        self.flush()
+        n_attr = len(self._attr_names)
+        names = self._names
+        free = set(self._free_slots)
+        id_blob, id_offsets = pack_strings(["" if s in free else cast(str, name) for s, name in enumerate(names)])
+        attr_blob, attr_offsets = pack_strings(self._attr_names)
+        str_blob, str_offsets = pack_strings([text for codes in self._str_codes for text in codes])
+        slow_fids = sorted(self._slow)
+        slow_blob, slow_offsets = pack_strings([str(self._slow[f]) for f in slow_fids])
+        head = [COMPILED_FORMAT, self._max_cuts, self._str_rows.shape[1], self._n_fids, self._n_rows, self._m_used]
+        head += [self._m_garbage, self._p_used, self._p_garbage, self._lit_used, self._version, len(names), n_attr]
+        out: dict[str, npt.NDArray[Any]] = {
+            "format": np.asarray(head, dtype=np.int64),
+            "python": _python_identity(),
+            "rows": self._rows[: self._n_rows],
+            "summary": self._summary[: self._n_rows],
+            "alive": self._alive,
+            "exact": self._exact,
+            "meta": self._meta,
+            "f_key": self._f_key,
+            "f_keyed": self._f_keyed,
+            "p_code": self._p_code[: self._p_used].copy(),
+            "p_ab": self._p_ab[: self._p_used].copy(),
+            "lit": self._lit[: self._lit_used].copy(),
+            "members": self._members[: self._m_used].copy(),
+            "sub_fid": self._sub_fid,
+            "sub_pos": self._sub_pos,
+            "fixed_rows": self._fixed_rows,
+            "str_rows": self._str_rows,
+            "str_count": self._str_count,
+            "num_cuts": self._num_cuts,
+            "num_ncuts": self._num_ncuts,
+            "num_rows": self._num_rows,
+            "free_slots": np.asarray(self._free_slots, dtype=np.int64),
+            "free_fids": np.asarray(self._free_fids, dtype=np.int64),
+            "ids": id_blob,
+            "id_offsets": id_offsets,
+            "attributes": attr_blob,
+            "attribute_offsets": attr_offsets,
+            "strings": str_blob,
+            "string_offsets": str_offsets,
+            "slow_fids": np.asarray(slow_fids, dtype=np.int64),
+            "slow": slow_blob,
+            "slow_offsets": slow_offsets,
+        }
+        out["checksum"] = np.asarray([_checksum(out)], dtype=np.int64)
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> MatchIndex:
+        """The index that ``to_arrays`` wrote, without parsing or compiling any filter.
+
+        Raises ``ValueError`` when the arrays are not of ``COMPILED_FORMAT``, were written by
+        another Python version or hash width, or their checksum does not match: the caller then
+        builds the index from the filters' texts. Read-only arrays (a memory map) are copied;
+        writable ones are taken over by the index. The dedup keys of the filters that Python
+        checks hash their ``Filter`` (strings, whose hashes differ between processes), so those
+        few are recompiled from their canonical text to key them again.
+        """
+        head = np.asarray(arrays.get("format", np.zeros(0, dtype=np.int64)))
+        if len(head) != 13 or int(head[0]) != COMPILED_FORMAT:
+            raise ValueError(f"not a compiled MatchIndex of format {COMPILED_FORMAT}")
+        if not np.array_equal(arrays["python"], _python_identity()):
+            raise ValueError("the compiled MatchIndex was written by another Python (version or hash width)")
+        if int(arrays["checksum"][0]) != _checksum({k: v for k, v in arrays.items() if k != "checksum"}):
+            raise ValueError("the compiled MatchIndex's checksum does not match its arrays")
+        max_cuts, max_strings, n_fids, n_rows, m_used, m_garbage = head[1:7].tolist()
+        p_used, p_garbage, lit_used, version, n_names, n_attr = head[7:].tolist()
+        index = cls(max_cuts, max_strings)
+
+        def own(name: str) -> npt.NDArray[Any]:
+            return np.require(arrays[name], requirements=["C", "W"])
+
+        for name in ("rows", "summary", "alive", "exact", "meta", "f_key", "f_keyed", "p_code", "p_ab", "lit",
+                     "members", "sub_fid", "sub_pos", "fixed_rows", "str_rows", "str_count", "num_cuts",
+                     "num_ncuts", "num_rows"):  # fmt: skip
+            setattr(index, f"_{name}", own(name))
+        index._n_fids, index._n_rows, index._summarised_rows = n_fids, n_rows, n_rows
+        index._m_used, index._m_garbage, index._p_used, index._p_garbage = m_used, m_garbage, p_used, p_garbage
+        index._lit_used, index._version = lit_used, version
+        index._packed_stale = True  # the members packed in fid order: remade by the first flush
+        index._free_slots = arrays["free_slots"].tolist()
+        index._free_fids = arrays["free_fids"].tolist()
+        names: list[str | None] = list(unpack_strings(arrays["ids"], arrays["id_offsets"]))
+        for s in index._free_slots:
+            names[s] = None
+        index._names = names
+        slot_of: dict[str | None, int] = dict(zip(names, range(n_names), strict=True))
+        slot_of.pop(None, None)
+        index._slot_of = cast(dict[str, int], slot_of)
+        index._n_subs = len(slot_of)
+        index._attr_names = unpack_strings(arrays["attributes"], arrays["attribute_offsets"])
+        index._attr_of = dict(zip(index._attr_names, range(n_attr), strict=True))
+        strings = iter(unpack_strings(arrays["strings"], arrays["string_offsets"]))
+        counts = index._str_count[:n_attr].tolist()
+        index._str_codes = [dict(zip(islice(strings, c), range(c), strict=True)) for c in counts]
+        index._cut_sets = [set(index._num_cuts[a, :c].tolist()) for a, c in enumerate(index._num_ncuts[:n_attr])]
+        keyed = np.flatnonzero(index._f_keyed[:n_fids])
+        index._fid_of_key = dict(zip(index._f_key[keyed].tolist(), keyed.tolist(), strict=True))
+        slow_fids = arrays["slow_fids"].tolist()
+        slows = [parse_filter(t) for t in unpack_strings(arrays["slow"], arrays["slow_offsets"])]
+        index._slow = dict(zip(slow_fids, slows, strict=True))
+        if slows:  # key the filters Python checks again: their keys hash strings
+            fid_of_key = index._fid_of_key
+            _, _, keys = index._compile_many(slows)
+            for fid, key in zip(slow_fids, keys, strict=True):
+                if index._f_keyed[fid]:
+                    del fid_of_key[int(index._f_key[fid])]
+                index._f_key[fid] = key
+                index._f_keyed[fid] = fid_of_key.setdefault(key, fid) == fid
+        return index
 
     # -- introspection ----------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import cast
+from typing import Protocol, cast
 
 from routing.matching.collector import collector_paused
 from routing.matching.index import BruteForceIndex, MatchIndex
@@ -59,6 +59,7 @@ from routing.matching.language import FilterError, validate_filter
 
 __all__ = [
     "Change",
+    "CompiledStore",
     "Delta",
     "IndexReplica",
     "Outcome",
@@ -232,6 +233,20 @@ class SubscriptionTable:
         self._base_version = self._version
 
 
+class CompiledStore(Protocol):
+    """Where an ``IndexReplica`` keeps the compiled form of its index between processes
+    (``streaming.subscription_store.CompiledIndexFolder`` on disk).
+
+    ``save`` stores a ``MatchIndex`` (``MatchIndex.to_arrays``) with the ``id -> filter text``
+    map it holds and the table version it equals; ``load`` returns the latest saved index and its
+    map, or None when there is none that loads (missing, of another format, damaged).
+    """
+
+    def load(self) -> tuple[MatchIndex, dict[str, str]] | None: ...
+
+    def save(self, index: MatchIndex, filters: Mapping[str, str], version: int) -> None: ...
+
+
 class IndexReplica:
     """A ``MatchIndex`` kept equal to a ``SubscriptionTable`` at a version, from snapshots and deltas.
 
@@ -243,6 +258,17 @@ class IndexReplica:
         End the first build of the index (from nothing) with ``gc.freeze()`` (a long-lived worker
         process: the loaded state leaves the garbage collector's later scans;
         ``routing.matching.collector``).
+    compiled : CompiledStore, optional
+        Where compiled indexes are kept (``MatchIndex`` replicas only). A new replica loads the
+        latest one and applies what differs between the texts it holds and the snapshot, instead
+        of compiling every filter; a replica that built its index from a snapshot (not empty),
+        or reached a snapshot by applying at least ``save_min`` changes, saves its index there.
+    save_min : int
+        See ``compiled``.
+    build_chunk : int
+        A build from nothing applies the snapshot this many subscriptions at a time: the compile's
+        temporaries (the words of every text, the record tuples) are those of one chunk, not of
+        the whole snapshot.
 
     Notes
     -----
@@ -250,18 +276,31 @@ class IndexReplica:
     must load a snapshot while it has an index (it is behind the snapshot, as after every rebase
     of a churning table, or ahead of it) applies only the subscriptions that differ between the
     two, so a rebase costs the changes since the replica's version, not a rebuild of the index.
-    ``rebuilds`` counts the loads of a snapshot.
+    ``rebuilds`` counts the loads of a snapshot, ``compiled_loads`` the compiled indexes loaded and
+    ``compiled_saves`` those saved. A compiled index stands for the texts saved with it, whatever
+    table version or run it came from: the difference from the snapshot is applied to it, so the
+    replica equals the snapshot either way.
     """
 
     def __init__(
-        self, factory: Callable[[], MatchIndex | BruteForceIndex] = MatchIndex, freeze_first_build: bool = False
+        self,
+        factory: Callable[[], MatchIndex | BruteForceIndex] = MatchIndex,
+        freeze_first_build: bool = False,
+        compiled: CompiledStore | None = None,
+        save_min: int = 1024,
+        build_chunk: int = 1 << 16,
     ) -> None:
         self._factory = factory
         self._index = factory()
         self._version: int | None = None
         self._filters: dict[str, str] = {}  # what the index holds: id -> filter text
         self._freeze_first_build = freeze_first_build
+        self._compiled = compiled
+        self._save_min = save_min
+        self._build_chunk = max(1, build_chunk)
         self.rebuilds = 0
+        self.compiled_loads = 0
+        self.compiled_saves = 0
 
     @property
     def index(self) -> MatchIndex | BruteForceIndex:
@@ -302,19 +341,33 @@ class IndexReplica:
         with collector_paused(freeze=self._version is None and self._freeze_first_build):
             if rebuild:
                 base = dict(load_base())
-                if self._version is None:
+                loaded = None
+                if self._version is None and self._compiled is not None:
+                    loaded = self._compiled.load()
+                built = self._version is None and loaded is None
+                if built:
                     self._index = self._factory()
-                    self._index.apply(base.items())
+                    items = list(base.items())
+                    for at in range(0, len(items), self._build_chunk):  # bounded temporaries: a chunk at a time
+                        self._index.apply(items[at : at + self._build_chunk])
+                    applied = len(base)
                 else:  # only what differs: a rebase under churn leaves most subscriptions as they were
+                    if loaded is not None:
+                        (self._index, self._filters), self.compiled_loads = loaded, self.compiled_loads + 1
                     old = self._filters
-                    changes: list[tuple[str, str | None]] = [(sid, None) for sid in old.keys() - base.keys()]
-                    changes += [(sid, text) for sid, text in base.items() if old.get(sid) != text]
-                    self._index.apply(changes)
+                    diff: list[tuple[str, str | None]] = [(sid, None) for sid in old.keys() - base.keys()]
+                    diff += [(sid, text) for sid, text in base.items() if old.get(sid) != text]
+                    self._index.apply(diff)
+                    applied = len(diff)
                 self._filters, self._version = base, base_version
                 self.rebuilds += 1
+                saves = (built and len(base) > 0) or applied >= self._save_min
+                if self._compiled is not None and saves and isinstance(self._index, MatchIndex):
+                    self._compiled.save(self._index, base, base_version)
+                    self.compiled_saves += 1
             current = cast(int, self._version)
             filters = self._filters
-            changes = []
+            changes: list[tuple[str, str | None]] = []
             for v, sid, filt in deltas:
                 if v <= current:
                     continue

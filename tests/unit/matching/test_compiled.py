@@ -1,0 +1,212 @@
+"""The compiled form of a MatchIndex (``to_arrays`` / ``from_arrays``) and the replicas that load it.
+
+A loaded index must be the index that was written, array for array, answer like the oracle and
+like an index rebuilt from the same texts, and go on changing exactly (docs/conventions.md §6, §7).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from routing.matching.index import BruteForceIndex, MatchIndex
+from routing.matching.language import Filter
+from routing.matching.table import IndexReplica, SubscriptionTable
+from streaming.subscription_store import CompiledIndexFolder
+from tests.strategies import INDEX_IDS, index_events, index_filters
+
+PARITY = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+Change = tuple[str, Filter | str | None]
+CHANGES = st.tuples(st.sampled_from(INDEX_IDS), st.one_of(st.none(), index_filters(), index_filters().map(str)))
+
+
+def reloaded(index: MatchIndex) -> MatchIndex:
+    """``index`` written and loaded back (copies: a loaded index owns its arrays)."""
+    return MatchIndex.from_arrays({k: v.copy() for k, v in index.to_arrays().items()})
+
+
+def assert_same_arrays(a: Mapping[str, npt.NDArray[Any]], b: Mapping[str, npt.NDArray[Any]]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
+        assert np.array_equal(a[name], b[name]), name
+
+
+@PARITY
+@given(
+    batches=st.lists(st.lists(CHANGES, max_size=30), min_size=1, max_size=5),
+    events=st.lists(index_events(), min_size=1, max_size=12),
+    small_caps=st.booleans(),
+)
+def test_a_loaded_index_is_the_written_one_and_goes_on_like_the_oracle(
+    batches: list[list[Change]], events: list[dict[str, object]], small_caps: bool
+) -> None:
+    """After every batch the index is written and loaded back; the loaded one carries on."""
+    index = MatchIndex(max_cuts=1, max_strings=1) if small_caps else MatchIndex()
+    oracle = BruteForceIndex()
+    for batch in batches:
+        index.apply(batch)
+        oracle.apply(batch)
+        written = {k: v.copy() for k, v in index.to_arrays().items()}
+        loaded = MatchIndex.from_arrays({k: v.copy() for k, v in written.items()})
+        assert_same_arrays(loaded.to_arrays(), written)
+        expected = oracle.match(events).all_ids()
+        assert loaded.match(events).all_ids() == expected == index.match(events).all_ids()
+        assert len(loaded) == len(oracle)
+        for sid in (*INDEX_IDS, "never added"):
+            assert (sid in loaded) == (sid in oracle), sid
+        index = loaded
+    rebuilt = MatchIndex(max_cuts=1, max_strings=1) if small_caps else MatchIndex()
+    rebuilt.apply((sid, oracle._filters[sid]) for sid in oracle._filters)
+    assert rebuilt.match(events).all_ids() == index.match(events).all_ids()
+
+
+def test_w1_like_churn_after_a_load_equals_the_same_churn_without_it() -> None:
+    """Range filters over many attributes, a third removed, then the same churn on the index and
+    on its loaded copy: the two stay array for array equal (slots, fids, cuts and rows)."""
+    rng = np.random.default_rng(7)
+
+    def text() -> str:
+        attrs = rng.choice(20, size=10, replace=False)
+        lows = rng.integers(0, 1000, size=10)
+        pairs = zip(attrs, lows, strict=True)
+        return " and ".join(f"a{a} between {lo} and {lo + rng.integers(0, 400)}" for a, lo in pairs)
+
+    index = MatchIndex()
+    index.apply([(f"s{i}", text()) for i in range(2500)])
+    index.apply([(f"s{i}", None) for i in range(0, 2500, 3)])
+    index.add("slow", "name startswith 'ai' and a1 > 3")
+    loaded = reloaded(index)
+    churn: list[tuple[str, str | None]] = [(f"s{i}", text()) for i in range(0, 2500, 4)]
+    churn += [(f"n{i}", text()) for i in range(300)]
+    churn += [("slow", None), ("slow2", "name startswith 'ai' and a1 > 3")]
+    for target in (index, loaded):
+        target.apply(churn)
+    assert_same_arrays(index.to_arrays(), loaded.to_arrays())
+    events = [{f"a{j}": int(v) for j, v in enumerate(rng.integers(0, 1400, size=20))} | {"name": "air"}]
+    assert loaded.match(events).all_ids() == index.match(events).all_ids()
+
+
+def test_filters_python_checks_are_keyed_again_under_another_hash_seed(tmp_path: Path) -> None:
+    """The dedup key of a filter that Python checks hashes strings: a process with another hash
+    seed re-keys it, so an identical filter added later shares its distinct filter."""
+    path = tmp_path / "index.npz"
+    script = (
+        "import numpy as np\n"
+        "from routing.matching.index import MatchIndex\n"
+        "i = MatchIndex()\n"
+        "i.apply([('a', \"name startswith 'ai' and x > 3\"), ('b', \"name > 'm'\"), ('c', 'x between 1 and 2')])\n"
+        f"np.savez({str(path)!r}, **i.to_arrays())\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=Path(__file__).parents[3])
+    with np.load(path) as npz:
+        index = MatchIndex.from_arrays({name: npz[name] for name in npz.files})
+    assert index.stats()["distinct_filters"] == 3
+    index.apply([("d", "name startswith 'ai' and x > 3"), ("e", "name > 'm'"), ("f", "x between 1 and 2")])
+    assert index.stats()["distinct_filters"] == 3
+    assert index.match([{"name": "air", "x": 4}, {"name": "zed", "x": 1}]).all_ids() == [
+        ["a", "d"],
+        ["b", "c", "e", "f"],
+    ]
+
+
+def test_arrays_of_another_format_python_or_content_are_refused() -> None:
+    index = MatchIndex()
+    index.apply([("a", "x > 1")])
+    for name, change in (("format", 0), ("python", 1), ("meta", 2)):
+        arrays = {k: v.copy() for k, v in index.to_arrays().items()}
+        if name == "meta":
+            arrays["meta"][0, 0] += 1  # a flipped byte: the checksum catches it
+        else:
+            arrays[name][change - 1 if name == "python" else 0] += 1
+        with pytest.raises(ValueError, match=r"format|Python|checksum"):
+            MatchIndex.from_arrays(arrays)
+    with pytest.raises(ValueError, match="format"):
+        MatchIndex.from_arrays({})
+
+
+# --- replicas and the folder ----------------------------------------------------------------------
+
+
+def test_a_new_replica_loads_the_saved_index_and_applies_only_what_differs(tmp_path: Path) -> None:
+    folder = CompiledIndexFolder(tmp_path / "compiled")
+    table = SubscriptionTable()
+    table.apply([(f"s{i}", f"x between {i} and {i + 10}") for i in range(50)] + [("w", "name startswith 'ai'")])
+    table.snapshot()
+    first = IndexReplica(compiled=folder, save_min=1)
+    snapshot = dict(table.filters)
+    first.sync(table.version, lambda: snapshot.items(), (), table.version)
+    assert first.compiled_loads == 0 and first.compiled_saves == 1
+    # a later run: the table moved on and rebased; a new replica starts from the saved index
+    table.apply([("s1", None), ("s2", "x < 0"), ("n", "x = 5")])
+    table.snapshot()
+    snapshot = dict(table.filters)
+    table.apply([("s3", None)])
+    second = IndexReplica(compiled=folder, save_min=100)
+    second.sync(table.base_version, lambda: snapshot.items(), table.deltas(), table.version)
+    assert second.compiled_loads == 1 and second.compiled_saves == 0  # 3 differences < save_min
+    oracle = BruteForceIndex()
+    oracle.apply(table.filters.items())
+    events = [{"x": x, "name": "air"} for x in (-1, 2, 5, 12, 30, 70)]
+    assert second.index.match(events).all_ids() == oracle.match(events).all_ids()
+    assert len(second.index) == len(table)
+
+
+def test_a_replica_that_loads_applies_the_difference_in_one_batch(tmp_path: Path) -> None:
+    """What a loaded replica applies is exactly what differs from the snapshot."""
+    folder = CompiledIndexFolder(tmp_path)
+    index = MatchIndex()
+    held = {"a": "x > 1", "b": "y = 'q'", "c": "z < 3"}
+    index.apply(held.items())
+    folder.save(index, held, 3)
+    applied: list[list[tuple[str, Filter | str | None]]] = []
+    loaded_index, filters = folder.load()  # type: ignore[misc]
+    assert filters == held
+
+    class Spy:
+        def load(self) -> tuple[MatchIndex, dict[str, str]] | None:
+            original = loaded_index.apply
+
+            def apply(changes: Iterable[tuple[str, Filter | str | None]]) -> None:
+                staged = list(changes)
+                applied.append(staged)
+                original(staged)
+
+            loaded_index.apply = apply  # type: ignore[method-assign]
+            return loaded_index, dict(filters)
+
+        def save(self, index: MatchIndex, filters: Mapping[str, str], version: int) -> None:
+            pytest.fail("a small difference is not saved")
+
+    replica = IndexReplica(compiled=Spy())
+    replica.sync(5, lambda: [("a", "x > 1"), ("b", "y = 'r'"), ("d", "w exists")], (), 5)
+    assert sorted(sorted(batch) for batch in applied if batch) == [[("b", "y = 'r'"), ("c", None), ("d", "w exists")]]
+    assert replica.index.match([{"x": 2, "y": "r", "z": 1, "w": 0}]).all_ids() == [["a", "b", "d"]]
+
+
+def test_the_folder_skips_damaged_files_and_keeps_the_newest(tmp_path: Path) -> None:
+    folder = CompiledIndexFolder(tmp_path, keep=2)
+    assert folder.load() is None
+    for version in (1, 2, 3):
+        index = MatchIndex()
+        index.apply([("a", f"x > {version}")])
+        folder.save(index, {"a": f"x > {version}"}, version)
+        os.utime(tmp_path / f"index-{version}.npz", ns=(version * 10**9, version * 10**9))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index-2.npz", "index-3.npz"]
+    (tmp_path / "index-4.npz").write_bytes(b"not a zip file")  # the newest, and damaged
+    loaded = folder.load()
+    assert loaded is not None and loaded[1] == {"a": "x > 3"}
+    assert loaded[0].match([{"x": 3.5}]).all_ids() == [["a"]]
