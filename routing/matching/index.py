@@ -918,6 +918,29 @@ class MatchIndex:
             self._meta = _grow(self._meta, n_fids)
             self._f_key = _grow(self._f_key, n_fids)
             self._f_keyed = _grow(self._f_keyed, n_fids)
+        self._fit_words()
+
+    def reserve(self, subscriptions: int) -> None:
+        """Make room for ``subscriptions`` subscriptions and as many distinct filters at once
+        (a bulk load that knows its size): each growth otherwise copies the arrays, by half again,
+        and ends with up to half of them unused.
+
+        >>> index = MatchIndex()
+        >>> index.reserve(1000)
+        >>> index.apply([(f"s{i}", f"x > {i}") for i in range(1000)])
+        >>> len(index._meta), index._rows.shape[1]  # no growth beyond the reservation
+        (1000, 16)
+        """
+        for name in ("_meta", "_f_key", "_f_keyed", "_sub_fid", "_sub_pos"):
+            arr = getattr(self, name)
+            if subscriptions > arr.shape[0]:
+                new = np.zeros((subscriptions, *arr.shape[1:]), dtype=arr.dtype)
+                new[: arr.shape[0]] = arr
+                setattr(self, name, new)
+        self._fit_words()
+
+    def _fit_words(self) -> None:
+        """The bitset rows' words (and the alive and exact bits) grown to cover every fid slot."""
         words = (len(self._meta) + 63) // 64
         if words > self._rows.shape[1]:
             rows = np.zeros((self._rows.shape[0], words), dtype=np.uint64)

@@ -347,6 +347,8 @@ class IndexReplica:
                 built = self._version is None and loaded is None
                 if built:
                     self._index = self._factory()
+                    if isinstance(self._index, MatchIndex):
+                        self._index.reserve(len(base))
                     items = list(base.items())
                     for at in range(0, len(items), self._build_chunk):  # bounded temporaries: a chunk at a time
                         self._index.apply(items[at : at + self._build_chunk])
