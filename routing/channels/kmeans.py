@@ -41,6 +41,7 @@ __all__ = ["MAX_ITERATIONS", "RESTARTS", "kmeans", "kmeans_weighted", "within_ss
 
 MAX_ITERATIONS = 100
 RESTARTS = 10
+"""Restarts of the contract (§4.1); :func:`kmeans_weighted` takes fewer when its caller says so."""
 
 Points = npt.NDArray[np.float64]
 Labels = npt.NDArray[np.int64]
@@ -171,8 +172,15 @@ def _lloyd_weighted(x: Points, wx: Points, w: Weights, centres: Points) -> Label
     return np.asarray(labels, dtype=np.int64)
 
 
-def kmeans_weighted(x: Points, weights: Weights, k: int, seed: int) -> Labels:
-    """Cluster labels (0..K−1) of the rows of ``x``, row i standing for ``weights[i]`` >= 1 equal points."""
+def kmeans_weighted(x: Points, weights: Weights, k: int, seed: int, restarts: int = RESTARTS) -> Labels:
+    """Cluster labels (0..K−1) of the rows of ``x``, row i standing for ``weights[i]`` >= 1 equal points.
+
+    ``restarts`` (default the contract's :data:`RESTARTS`): the restarts drawn one after another
+    from one generator, so a run with r restarts returns the best of the first r of a run with
+    more (the first on a tie); ``routing.channels.planner.recluster`` takes fewer at the channels
+    job's sizes."""
+    if restarts < 1:
+        raise ValueError(f"restarts must be >= 1, got {restarts}")
     x = np.asarray(x, dtype=np.float64)
     w = np.asarray(weights, dtype=np.int64)
     n = len(x)
@@ -183,7 +191,7 @@ def kmeans_weighted(x: Points, weights: Weights, k: int, seed: int) -> Labels:
     wx = wf[:, None] * x
     best: Labels | None = None
     best_ss = np.inf
-    for _ in range(RESTARTS):
+    for _ in range(restarts):
         labels = _lloyd_weighted(x, wx, w, _seed_weighted(x, w, k, rng))
         centres = _weighted_means(wx, wf, labels, np.zeros((k, x.shape[1])))
         ss = float((wf * ((x - centres[labels]) ** 2).sum(axis=1)).sum())

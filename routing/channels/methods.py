@@ -44,7 +44,7 @@ from scipy import sparse
 from scipy.sparse import linalg as sparse_linalg
 
 from routing.channels.instance import Domain, ExactLimitError
-from routing.channels.kmeans import kmeans, kmeans_weighted
+from routing.channels.kmeans import RESTARTS, kmeans, kmeans_weighted
 from routing.channels.similarity import distinct_windows, isolated, recent_windows
 from routing.matching.language import Filter
 
@@ -374,18 +374,25 @@ def spectral_ncut(
     return number_channels(_clustered_then_joined(hits, similarity, k, ids, "ncut", seed, sigma), ids)
 
 
-def _ncut_embedding_weighted(m: sparse.csr_matrix, count: Labels, k: int, seed: int) -> FloatMatrix:
+def _ncut_embedding_weighted(m: sparse.csr_matrix, count: Labels, k: int, seed: int, tol: float = 0.0) -> FloatMatrix:
     """The ``spectral-ncut`` embedding of a graph whose node g stands for ``count[g]`` subscriptions with
     one window: M(g, h) = A between members of g and h (M(g, g) = 1, the weight between equal
     windows). The full A = P M P^T − I (P: subscription to node) maps vectors constant on each node
     to such vectors, and the others to multiples of themselves with eigenvalue −1/d, so the top-K
     eigenvectors of D^−1/2 A D^−1/2 are u = P C^−1/2 y for the top-K eigenvectors y of
     B = D^−1/2 (C^1/2 M C^1/2 − I) D^−1/2, C = diag(count), d = M count − 1. A member's row of u is
-    y_g / sqrt(count_g): after the row scaling, y_g / |y_g|."""
+    y_g / sqrt(count_g): after the row scaling, y_g / |y_g|.
+
+    B is M's entries scaled in place (every node has its diagonal entry, M(g, g) = 1); ``tol`` is
+    ``eigsh``'s relative accuracy of the eigenvalues (0: machine precision)."""
     c = count.astype(np.float64)
     d = m @ c - 1.0
     scale = np.sqrt(c / d)
-    b = sparse.csr_matrix(sparse.diags(scale) @ m @ sparse.diags(scale) - sparse.diags(1.0 / d))
+    b = m.copy()
+    row_of = np.repeat(np.arange(len(c)), np.diff(b.indptr))
+    b.data = b.data * scale[row_of] * scale[b.indices]  # the products diag @ M @ diag forms, in its order
+    diagonal = b.indices == row_of
+    b.data[diagonal] -= 1.0 / d[row_of[diagonal]]
     g = len(c)
     top = min(k, g)
     if g <= max(DENSE_EIGEN_LIMIT, top + 1):
@@ -396,7 +403,7 @@ def _ncut_embedding_weighted(m: sparse.csr_matrix, count: Labels, k: int, seed: 
         # single precision: the rows are scaled and clustered, and each product costs half as much
         start = np.random.default_rng(seed % 2**64).uniform(0.5, 1.5, size=g).astype(np.float32)
         values, vectors = sparse_linalg.eigsh(
-            b.astype(np.float32), k=top, which="LA", v0=start, ncv=min(g - 1, 3 * top + 1)
+            b.astype(np.float32), k=top, which="LA", v0=start, ncv=min(g - 1, 3 * top + 1), tol=tol
         )
         y = vectors[:, np.argsort(-values, kind="stable")].astype(np.float64)
     norms = np.linalg.norm(y, axis=1)
@@ -404,7 +411,14 @@ def _ncut_embedding_weighted(m: sparse.csr_matrix, count: Labels, k: int, seed: 
 
 
 def spectral_ncut_sparse(
-    hits: BoolMatrix, psi: int, k: int, ids: Sequence[str], seed: int, sigma: float | None = None
+    hits: BoolMatrix,
+    psi: int,
+    k: int,
+    ids: Sequence[str],
+    seed: int,
+    sigma: float | None = None,
+    restarts: int = RESTARTS,
+    tol: float = 0.0,
 ) -> Labels:
     """``spectral-ncut`` without the N x N similarity: the same steps on one node per distinct window.
 
@@ -416,29 +430,36 @@ def spectral_ncut_sparse(
     subscriptions (an empty window, or a window no other subscription shares an event with) follow
     the join rule. The plan can differ from :func:`spectral_ncut`'s (other eigensolver, other
     k-means draws); it is a plan of the same method.
+
+    ``restarts`` (k-means) and ``tol`` (``eigsh``) default to the contract's 10 restarts and a
+    converged eigensolver, what ``siftstream plan channels`` runs; the channels job passes fewer
+    restarts and a looser tolerance (``routing.channels.planner.recluster``).
     """
     n = len(hits)
     match_sets, by_match_set = _distinct_rows(hits)  # equal match sets have equal windows
     rows, by_window, _ = distinct_windows(recent_windows(match_sets, psi))
     which = by_window[by_match_set]
     count = np.bincount(which, minlength=len(rows)).astype(np.int64)
-    r = sparse.csr_matrix(rows, dtype=np.float64)
+    size = np.asarray(rows.sum(axis=1), dtype=np.float64)
+    nonempty = np.flatnonzero(size > 0)  # the empty window is isolated: left out of the graph
+    r = sparse.csr_matrix(rows[nonempty], dtype=np.float64)
     a = sparse.csr_matrix(r @ r.T)  # |R_g ∩ R_h|, the diagonal |R_g|
     a.sort_indices()
-    size = np.asarray(rows.sum(axis=1), dtype=np.float64)
-    row_of = np.repeat(np.arange(len(rows)), np.diff(a.indptr))
-    a.data = a.data / (size[row_of] + size[a.indices] - a.data)  # J, and 1 on the diagonal
+    kept = size[nonempty]
+    row_of = np.repeat(np.arange(len(nonempty)), np.diff(a.indptr))
+    a.data = a.data / (kept[row_of] + kept[a.indices] - a.data)  # J, and 1 on the diagonal
     if sigma is not None:
         a.data = np.exp(-(1.0 - a.data) / sigma**2)
-    nonempty = size > 0
-    edges = np.diff(a.indptr) - nonempty  # off-diagonal entries per node
-    inner = np.flatnonzero(nonempty & ((count > 1) | (edges > 0)))
+    edges = np.diff(a.indptr) - 1  # off-diagonal entries per node
+    local = np.flatnonzero((count[nonempty] > 1) | (edges > 0))
+    inner = nonempty[local]
     labels = np.full(n, -1, dtype=np.int64)
     if len(inner):
         node = np.full(len(rows), -1, dtype=np.int64)
         node[inner] = np.arange(len(inner))
-        points = _ncut_embedding_weighted(sparse.csr_matrix(a[inner][:, inner]), count[inner], k, seed)
-        found = kmeans_weighted(points, count[inner], k, seed)
+        graph = a if len(local) == len(nonempty) else sparse.csr_matrix(a[local][:, local])
+        points = _ncut_embedding_weighted(graph, count[inner], k, seed, tol)
+        found = kmeans_weighted(points, count[inner], k, seed, restarts)
         members = np.flatnonzero(node[which] >= 0)
         labels[members] = number_channels(found[node[which[members]]], [ids[int(i)] for i in members])
     return number_channels(join_isolated(hits, labels, ids, k), ids)

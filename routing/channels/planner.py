@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -64,9 +64,12 @@ __all__ = [
     "DENSE_SIMILARITY_LIMIT",
     "HOLDOUT_FRACTION",
     "HOLDOUT_MIN_EVENTS",
+    "RECLUSTER_EIGEN_TOL",
     "RECLUSTER_METHODS",
+    "RECLUSTER_RESTARTS",
     "SPARSE_NCUT_FROM",
     "AutoChoice",
+    "AutoTimes",
     "PreparedInstance",
     "holdout_split",
     "plan_channels",
@@ -87,6 +90,19 @@ between flooding and approx alone kept approx, docs/results/channels.md)."""
 SPARSE_NCUT_FROM = 2000
 """From this many subscriptions ``spectral-ncut`` runs :func:`~routing.channels.methods.spectral_ncut_sparse`
 (one node per distinct window, sparse J, ``eigsh``); below it, the dense steps on the N x N J."""
+
+RECLUSTER_RESTARTS = 1
+"""k-means restarts of ``spectral-ncut`` in :func:`recluster` from :data:`SPARSE_NCUT_FROM` subscriptions
+(the channels job's re-clustering), where ``siftstream plan channels`` keeps the contract's 10. The
+restarts are kept by within-cluster sum of squares, which does not follow the plans' false
+positives at the job's sizes: the best of 10 had no fewer than the first alone, on the sample or on
+the events after it, and cost most of k-means' time (docs/decisions/channels-recluster-at-scale.md)."""
+
+RECLUSTER_EIGEN_TOL = 1e-4
+"""``eigsh``'s relative tolerance for ``spectral-ncut`` in :func:`recluster` from :data:`SPARSE_NCUT_FROM`
+subscriptions (``siftstream plan channels``: 0, machine precision). k-means on the unit rows sees only
+the span of the K eigenvectors, which this tolerance leaves as the converged one's (principal cosines
+1.00000 to five digits at 32,000 subscriptions) with ~15% fewer products."""
 
 DENSE_SIMILARITY_LIMIT = 8000
 """:func:`recluster` refuses ``kmeans``, ``spectral-rassoc`` (which need the dense N x N J, 8 N² bytes
@@ -133,8 +149,12 @@ class PreparedInstance:
         return self._similarity
 
 
-def run_method(prep: PreparedInstance, method: str, sigma: float | None = None) -> npt.NDArray[np.int64]:
-    """The labels (final channel numbers) of one method other than ``auto``."""
+def run_method(
+    prep: PreparedInstance, method: str, sigma: float | None = None, online: bool = False
+) -> npt.NDArray[np.int64]:
+    """The labels (final channel numbers) of one method other than ``auto``. ``online``: the channels
+    job's re-clustering (:func:`recluster`), whose ``spectral-ncut`` on :data:`SPARSE_NCUT_FROM` or more
+    subscriptions takes :data:`RECLUSTER_RESTARTS` k-means restarts and :data:`RECLUSTER_EIGEN_TOL`."""
     inst, hits = prep.instance, prep.hits
     ids, k, seed = inst.subscription_ids, inst.k, inst.seed
     if method == "flooding":
@@ -154,6 +174,10 @@ def run_method(prep: PreparedInstance, method: str, sigma: float | None = None) 
         return spectral_rassoc(hits, prep.similarity, k, ids, seed)
     if method == "spectral-ncut":
         if len(ids) >= SPARSE_NCUT_FROM:
+            if online:
+                return spectral_ncut_sparse(
+                    hits, inst.psi, k, ids, seed, sigma, restarts=RECLUSTER_RESTARTS, tol=RECLUSTER_EIGEN_TOL
+                )
             return spectral_ncut_sparse(hits, inst.psi, k, ids, seed, sigma)
         return spectral_ncut(hits, prep.similarity, k, ids, seed, sigma)
     if method == "approx":
@@ -174,6 +198,7 @@ def recluster(
     budget_ms: float = DEFAULT_BUDGET_MS,
     filters: Sequence[Filter] = (),
     domains: Mapping[str, Domain] | None = None,
+    times: AutoTimes | None = None,
 ) -> tuple[npt.NDArray[np.int64], str]:
     """Channels for the match matrix of a live sample: what the channels job re-clusters with.
 
@@ -187,8 +212,13 @@ def recluster(
     ``spectral-ncut``, the default, runs its sparse form from :data:`SPARSE_NCUT_FROM`
     subscriptions; ``kmeans``, ``spectral-rassoc`` and ``ov`` are refused beyond
     :data:`DENSE_SIMILARITY_LIMIT`, and ``auto`` leaves them out from :data:`SPARSE_NCUT_FROM`
-    (the budget is checked between candidates, and one of them alone takes many times it there).
-    Returns the labels and the method that made them.
+    (one of them alone takes many times the budget there). From :data:`SPARSE_NCUT_FROM`
+    subscriptions ``spectral-ncut`` (alone or as auto's candidate) runs k-means with
+    :data:`RECLUSTER_RESTARTS` restarts and ``eigsh`` with :data:`RECLUSTER_EIGEN_TOL`, where ``siftstream
+    plan channels`` keeps the contract's 10 restarts. ``times`` (``auto``): the candidates' costs of
+    earlier runs, read to skip a candidate predicted to overrun the budget and updated with this
+    run's (:class:`AutoTimes`; the channels job keeps one between re-clusterings). Returns the
+    labels and the method that made them.
 
     >>> hits = np.array([[1, 0], [1, 0], [0, 1]], dtype=bool)
     >>> labels, used = recluster(hits, ("a", "b", "c"), 2, "approx")
@@ -229,15 +259,15 @@ def recluster(
 
     if method != "auto":
         refuse_if_not_applicable(method)
-        return run_method(prep, method), method
+        return run_method(prep, method, online=True), method
 
     def fit(candidate: str, fit_prep: PreparedInstance) -> npt.NDArray[np.int64] | None:
         if candidate in dense_only and len(ids) >= SPARSE_NCUT_FROM:
             return None  # one dense N x N candidate alone would outlast any budget (8,000: ~15 s)
         refuse_if_not_applicable(candidate)
-        return run_method(fit_prep, candidate)
+        return run_method(fit_prep, candidate, online=True)
 
-    choice = select_auto(prep, fit, budget_ms)
+    choice = select_auto(prep, fit, budget_ms, times=times)
     return choice.labels, choice.chosen
 
 
@@ -247,7 +277,8 @@ class AutoChoice:
 
     ``sample_fp[m]`` is the FP of candidate m's plan on the whole sample; ``held_out_fp[m]`` on the
     held-out events (the newest ``held_out_events`` of the sample), empty when nothing was held out.
-    Candidates are listed in the contract's table order."""
+    Candidates are listed in the contract's table order. ``fit_ms[m]``: candidate m's fit time;
+    ``skipped``: the candidates the budget left out, in run order."""
 
     chosen: str
     labels: npt.NDArray[np.int64]
@@ -255,6 +286,33 @@ class AutoChoice:
     held_out_fp: dict[str, int]
     held_out_events: int
     refitted: bool = False
+    fit_ms: dict[str, float] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass
+class AutoTimes:
+    """What ``auto``'s candidates cost in earlier runs, to predict the next: per candidate, the fit time
+    (ms) per match of the events it was fitted on, the last run's. A prediction scales it linearly by
+    the matches of the new fit; the channels job's samples keep their size between re-clusterings,
+    so it is mostly the last run's time. Symbols: ``ms_per_match[m]``.
+
+    >>> times = AutoTimes()
+    >>> times.record("kmeans", 300.0, 1000)
+    >>> times.predict("kmeans", 2000), times.predict("exact", 2000)
+    (600.0, None)
+    """
+
+    ms_per_match: dict[str, float] = field(default_factory=dict)
+
+    def record(self, candidate: str, ms: float, matches: int) -> None:
+        """Keep ``candidate``'s fit time ``ms`` on a sample of ``matches`` matches."""
+        self.ms_per_match[candidate] = ms / max(matches, 1)
+
+    def predict(self, candidate: str, matches: int) -> float | None:
+        """``candidate``'s predicted fit time (ms) on ``matches`` matches; None when it never ran."""
+        rate = self.ms_per_match.get(candidate)
+        return None if rate is None else rate * max(matches, 1)
 
 
 def select_auto(
@@ -262,13 +320,17 @@ def select_auto(
     fit: Callable[[str, PreparedInstance], npt.NDArray[np.int64] | None],
     budget_ms: float,
     started: float | None = None,
+    times: AutoTimes | None = None,
 ) -> AutoChoice:
     """``auto``: run the candidates of :data:`AUTO_RUN_ORDER` and keep the best plan.
 
     ``fit(candidate, fit_prep)`` returns a candidate's labels for the instance ``fit_prep`` (None,
     or :class:`ChannelError` / :class:`ExactLimitError`, when it does not apply). The candidates of
-    :data:`AUTO_ALWAYS` (flooding, the baselines and the default method) always run; the others
-    while ``budget_ms`` (from ``started``) lasts, checked before each. With h =
+    :data:`AUTO_ALWAYS` (flooding, the baselines and the default method) always run; each other one
+    starts only while ``budget_ms`` (from ``started``) lasts and, when ``times`` predicts its fit
+    time (:class:`AutoTimes`, from earlier runs), only when that prediction ends within the budget:
+    so the optional candidates overrun the budget by at most the one candidate without a
+    prediction that started last. ``times`` gets this run's fit times. With h =
     :func:`holdout_split` of the sample's events below its size, every candidate is fitted on the
     events before h and the winner is the fewest false positives on the events from h on (ties: the
     fewest on the whole sample, then the contract's table order). The winner is then refitted on the
@@ -296,13 +358,19 @@ def select_auto(
     events = hits.shape[1]
     split = holdout_split(events)
     fit_prep = prep if split == events else PreparedInstance(prep.instance, np.ascontiguousarray(hits[:, :split]))
-    whole = sparse.csr_matrix(hits, dtype=np.float32)
+    whole = _csr(hits)
     held = sparse.csr_matrix(whole[:, split:]) if split < events else None
+    fit_matches = int(np.count_nonzero(fit_prep.hits))
     labels_of: dict[str, npt.NDArray[np.int64]] = {}
     fit_ms: dict[str, float] = {}
+    skipped: list[str] = []
     for candidate in AUTO_RUN_ORDER:
-        if candidate not in AUTO_ALWAYS and (time.perf_counter() - started) * 1000 > budget_ms:
-            continue
+        if candidate not in AUTO_ALWAYS:
+            spent = (time.perf_counter() - started) * 1000
+            predicted = times.predict(candidate, fit_matches) if times is not None else None
+            if spent > budget_ms or (predicted is not None and spent + predicted > budget_ms):
+                skipped.append(candidate)
+                continue
         began = time.perf_counter()
         try:
             labels = fit(candidate, fit_prep)
@@ -311,6 +379,8 @@ def select_auto(
         if labels is not None:
             labels_of[candidate] = labels
             fit_ms[candidate] = (time.perf_counter() - began) * 1000
+            if times is not None:
+                times.record(candidate, fit_ms[candidate], fit_matches)
     tried = [m for m in BOUNDED_METHODS if m in labels_of]  # the table's order: ties go to the first
     assert tried, "flooding always runs"
     sample_fp = {m: false_positives(whole, labels_of[m]) for m in tried}
@@ -326,7 +396,16 @@ def select_auto(
         labels = refitted
     elif split < events and chosen != "flooding":
         labels = _join_unseen(hits, fit_prep.hits, labels, prep.instance)
-    return AutoChoice(chosen, labels, sample_fp, held_out_fp, events - split, refit)
+    return AutoChoice(chosen, labels, sample_fp, held_out_fp, events - split, refit, fit_ms, tuple(skipped))
+
+
+def _csr(hits: npt.NDArray[np.bool_]) -> sparse.csr_matrix:
+    """``hits`` as a float32 CSR matrix (1 per match), built from its True entries (row-major, so each
+    row's columns come sorted) without a dense float copy."""
+    rows, cols = np.nonzero(hits)
+    indptr = np.zeros(len(hits) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=len(hits)), out=indptr[1:])
+    return sparse.csr_matrix((np.ones(len(cols), dtype=np.float32), cols, indptr), shape=hits.shape)
 
 
 def _join_unseen(

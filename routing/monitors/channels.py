@@ -101,6 +101,7 @@ from routing.channels import (
     Domain,
     recluster,
 )
+from routing.channels.planner import AutoTimes
 from routing.matching.language import Filter, FilterError, parse_filter
 from routing.matching.table import SubscriptionRecord, plan_change
 from routing.stats.state import pack_documents, pack_state, unpack_documents, unpack_state
@@ -134,7 +135,8 @@ class ChannelMonitorConfig:
     method : str
         Re-clustering method, one of ``routing.channels.RECLUSTER_METHODS``; default
         :data:`JOB_METHOD`, ``auto``: flooding, the baselines and ``spectral-ncut`` always, the
-        others within ``budget_ms``, each fitted on the sample's older events, and the fewest false
+        others within ``budget_ms`` (skipping one that the fit times of the monitor's earlier
+        re-clusterings predict to overrun it), each fitted on the sample's older events, and the fewest false
         positives on its newest quarter kept, so that a plan that fits the sample more than the
         stream is not preferred (docs/reference/channels.md §4,
         ``routing.channels.planner.select_auto``).
@@ -234,6 +236,9 @@ class ChannelMonitor:
         self.method = "join"  # the method of the last re-clustering
         self._base_ratio = 0.0  # r0: FP as a share of flooding's right after the last re-clustering
         self._last_attempt_ms: float | None = None
+        # auto's fit time per candidate, from one re-clustering to the next (not checkpointed: after a
+        # restart the first re-clustering runs without predictions)
+        self._auto_times = AutoTimes()
         self.counters: dict[str, int] = {
             "versions": 0,
             "reclusters": 0,
@@ -440,7 +445,16 @@ class ChannelMonitor:
         cfg = self.config
         self._last_attempt_ms = now_ms
         found, used = recluster(
-            hits, ids, cfg.k, cfg.method, cfg.psi, cfg.seed, cfg.budget_ms, self._filters_of(ids), self._domains
+            hits,
+            ids,
+            cfg.k,
+            cfg.method,
+            cfg.psi,
+            cfg.seed,
+            cfg.budget_ms,
+            self._filters_of(ids),
+            self._domains,
+            self._auto_times,
         )
         candidate = _align(found, labels, cfg.k)
         if adopt:

@@ -254,3 +254,75 @@ def test_a_kept_fit_places_the_subscriptions_unseen_in_the_older_events_by_the_j
     )
     assert choice.labels.tolist() == expected.tolist() == [0, 1, 1, 0, 1]  # e joins b and c, who carry its events
     assert false_positives(hits, choice.labels) < false_positives(hits, np.array([0, 1, 1, 0, 0]))
+
+
+def _timed_fit(plans: dict[str, np.ndarray], clock: _Clock, calls: list[tuple[str, int]]) -> Any:
+    """``_fit_from``'s plans, where each optional candidate (exact, spectral-rassoc, kmeans) takes
+    ``clock.step`` seconds and returns flooding's plan; the rest take no time."""
+    fit = _fit_from(plans, calls)
+
+    def timed(method: str, prep: PreparedInstance) -> np.ndarray | None:
+        if method in ("exact", "spectral-rassoc", "kmeans"):
+            calls.append((method, prep.hits.shape[1]))
+            clock.now += clock.step
+            return np.zeros(4, dtype=np.int64)
+        return fit(method, prep)  # type: ignore[no-any-return]
+
+    return timed
+
+
+def test_auto_skips_a_candidate_its_times_predict_to_overrun_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    prep, plans = _drifting_sample()
+    clock = _Clock(0.8)
+    monkeypatch.setattr(planner, "time", clock)
+    calls: list[tuple[str, int]] = []
+    times = planner.AutoTimes()
+    # no predictions yet: each optional candidate starts while the 1 s budget lasts, so the one that
+    # starts last (spectral-rassoc, at 0.8 s) overruns it, and kmeans (at 1.6 s) is skipped
+    choice = select_auto(prep, _timed_fit(plans, clock, calls), budget_ms=1000, times=times)
+    assert [m for m, _ in calls if m in ("exact", "spectral-rassoc", "kmeans")] == ["exact", "spectral-rassoc"]
+    assert choice.skipped == ("kmeans",) and clock.now == pytest.approx(1.6)
+    assert choice.fit_ms["exact"] == pytest.approx(800.0) and times.predict("exact", 600) == pytest.approx(800.0)
+    # the next run has their times: exact (0.8 s predicted) fits in the budget, spectral-rassoc after
+    # it would end at 1.6 s and is skipped; kmeans, never timed, starts at 0.8 s and overruns
+    clock.now, calls[:] = 0.0, []
+    choice = select_auto(prep, _timed_fit(plans, clock, calls), budget_ms=1000, times=times)
+    optional = [m for m, _ in calls if m in ("exact", "spectral-rassoc", "kmeans")]
+    assert optional == ["exact", "kmeans"] and choice.skipped == ("spectral-rassoc",)
+    # with every candidate timed, the optional ones end within the budget
+    clock.now, calls[:] = 0.0, []
+    choice = select_auto(prep, _timed_fit(plans, clock, calls), budget_ms=1000, times=times)
+    assert [m for m, _ in calls if m in ("exact", "spectral-rassoc", "kmeans")] == ["exact"]
+    assert choice.skipped == ("spectral-rassoc", "kmeans") and clock.now <= 1.0
+    # the candidates auto always runs are never skipped, whatever their predicted times
+    times.record("spectral-ncut", 10**9, 1)
+    clock.now, calls[:] = 0.0, []
+    choice = select_auto(prep, _timed_fit(plans, clock, calls), budget_ms=1000, times=times)
+    assert "spectral-ncut" in choice.sample_fp and "spectral-ncut" not in choice.skipped
+
+
+def test_auto_times_scale_by_the_matches_of_the_fit() -> None:
+    times = planner.AutoTimes()
+    assert times.predict("approx", 100) is None
+    times.record("approx", 50.0, 1000)
+    assert times.predict("approx", 2000) == pytest.approx(100.0)
+    times.record("approx", 30.0, 1000)  # the last run's time replaces the one before
+    assert times.predict("approx", 1000) == pytest.approx(30.0)
+
+
+def test_recluster_auto_fills_the_times_it_is_given() -> None:
+    instance = _clustered(400)
+    hits = derive_hits_by_filters(instance.filters, instance.events)
+    times = planner.AutoTimes()
+    recluster(hits, instance.subscription_ids, 4, "auto", budget_ms=10**9, times=times)
+    assert {"flooding", "approx", "spectral-ncut"} <= set(times.ms_per_match)
+    assert all(rate >= 0 for rate in times.ms_per_match.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.booleans(), min_size=7, max_size=7), min_size=0, max_size=9))
+def test_the_csr_of_the_matches_equals_scipys(rows: list[list[bool]]) -> None:
+    hits = np.array(rows, dtype=bool).reshape(len(rows), 7)
+    fast, plain = planner._csr(hits), sparse.csr_matrix(hits, dtype=np.float32)
+    assert fast.shape == plain.shape and fast.dtype == plain.dtype
+    assert (fast != plain).nnz == 0 and fast.nnz == plain.nnz and fast.has_sorted_indices

@@ -5,6 +5,7 @@ one ``ChannelUnions.place`` per subscription; and ``recluster`` on dense and CSR
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -246,7 +247,50 @@ def test_recluster_reads_csr_and_uses_the_sparse_ncut_from_its_threshold(monkeyp
         assert np.array_equal(dense_labels, csr_labels) and used == csr_used
     assert np.array_equal(recluster(hits, ids, 4)[0], spectral_ncut(hits, jaccard(recent_windows(hits, 20)), 4, ids, 0))
     monkeypatch.setattr(planner, "SPARSE_NCUT_FROM", 10)
-    assert np.array_equal(recluster(hits, ids, 4)[0], spectral_ncut_sparse(hits, 20, 4, ids, 0))
+    online = spectral_ncut_sparse(
+        hits, 20, 4, ids, 0, restarts=planner.RECLUSTER_RESTARTS, tol=planner.RECLUSTER_EIGEN_TOL
+    )
+    assert np.array_equal(recluster(hits, ids, 4)[0], online)
+
+
+def test_recluster_takes_the_jobs_restarts_and_plan_channels_the_contracts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from routing.channels.kmeans import RESTARTS
+
+    hits = _duplicated_hits(3, n=150, m=40, distinct=30)
+    ids = tuple(_ids(len(hits)))
+    monkeypatch.setattr(planner, "SPARSE_NCUT_FROM", 10)
+    seen: list[tuple[int, float]] = []
+    real = channel_methods.spectral_ncut_sparse
+
+    def spy(*args: Any, restarts: int = RESTARTS, tol: float = 0.0, **kw: Any) -> np.ndarray:
+        seen.append((restarts, tol))
+        return real(*args, restarts=restarts, tol=tol, **kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(planner, "spectral_ncut_sparse", spy)
+    recluster(hits, ids, 4, "spectral-ncut")
+    recluster(hits, ids, 4, "auto")  # its spectral-ncut candidate too
+    online = (planner.RECLUSTER_RESTARTS, planner.RECLUSTER_EIGEN_TOL)
+    assert seen and all(call == online for call in seen) and online[0] < RESTARTS
+    seen.clear()
+    prep = planner.PreparedInstance(planner.ChannelInstance(4, 20, 0, ids, (), (), (), {}), hits)
+    planner.run_method(prep, "spectral-ncut")  # what plan channels runs
+    assert seen == [(RESTARTS, 0.0)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fewer_kmeans_restarts_are_the_best_of_the_first_ones(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(60, 3))
+    w = rng.integers(1, 4, size=60)
+
+    def ss(labels: np.ndarray) -> float:
+        return within_ss(np.repeat(x, w, axis=0), np.repeat(labels, w), 4)
+
+    runs = [ss(kmeans_weighted(x, w, 4, seed, restarts=r)) for r in range(1, 11)]
+    assert all(later <= earlier for earlier, later in itertools.pairwise(runs))
+    assert np.array_equal(kmeans_weighted(x, w, 4, seed, restarts=10), kmeans_weighted(x, w, 4, seed))
+    with pytest.raises(ValueError, match="restarts"):
+        kmeans_weighted(x, w, 4, seed, restarts=0)
 
 
 def test_recluster_refuses_dense_similarity_methods_beyond_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
