@@ -1,4 +1,4 @@
-"""Helpers shared by every layer of ``routing``: reading JSON instance documents.
+"""Helpers shared by every layer of ``routing``: reading JSON instance documents, array helpers.
 
 The offline commands read one JSON document each (a distribution instance,
 docs/reference/distribution.md; a placement instance, docs/reference/placement.md). They check it
@@ -11,6 +11,8 @@ json_fields
     :func:`items` (a list of objects under a key), :func:`text` (a non-empty string),
     :func:`number` (a finite number with a lower bound) and :func:`kind` (a value's type name for
     a message).
+arrays
+    :func:`routing.common.arrays.distinct_sorted` (``np.unique`` of an array by one sort).
 
 Examples
 --------

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from routing.common.arrays import distinct_sorted
 from routing.matching.language import FilterError, parse_filter
 from routing.planning.check import check_plan
 from routing.planning.distribution import METHODS, plan
@@ -240,25 +241,51 @@ class RoutePlanner:
     ) -> None:
         """Count matched events per (publisher, filter): one count per event and distinct filter.
 
+        ``subscription_ids``: one list per match (the ``Match`` records' field); numbered here and
+        handed to :meth:`add_match_columns`.
+        """
+        numbers: dict[str, int] = {}
+        index = np.fromiter(
+            (numbers.setdefault(sid, len(numbers)) for sids in subscription_ids for sid in sids), dtype=np.int64
+        )
+        lengths = np.fromiter((len(s) for s in subscription_ids), dtype=np.int64, count=len(subscription_ids))
+        self.add_match_columns(publishers, published_at, lengths, list(numbers), index)
+
+    def add_match_columns(
+        self,
+        publishers: Sequence[str],
+        published_at: Sequence[float] | np.ndarray,
+        lengths: np.ndarray,
+        ids: Sequence[str],
+        index: np.ndarray,
+    ) -> None:
+        """:meth:`add_matches` with the subscription ids as columns: match ``i`` names
+        ``lengths[i]`` subscriptions, ``ids[index[j]]`` for its ``j``s in ``index`` (the matches'
+        lists end to end; ``ids`` each distinct id once, e.g. an Arrow dictionary encoding).
+
         Columnar: every (event, filter) pair at once (numpy), then one window update per flow and
         bucket (:meth:`RollingWindow.add_groups`); the subscription -> filter numbering is kept
         until the subscriptions change.
+
+        >>> p = RoutePlanner()
+        >>> p.apply_subscriptions([("s1", "u1", "b1", "x = 1"), ("s2", "u2", "b1", "x = 1")])
+        >>> p.add_match_columns(["p1", "p1"], [1000.0, 1500.0], np.array([2, 1]), ["s2", "s1"], np.array([0, 1, 0]))
+        >>> p._rates.query("p1|x = 1", 2000.0).count
+        2
         """
-        n = len(subscription_ids)
+        n = len(lengths)
         if n == 0:
             return
         codes, filters = self._filter_codes()
-        lengths = np.fromiter((len(s) for s in subscription_ids), dtype=np.int64, count=n)
-        flat = np.fromiter(
-            (codes.get(sid, -1) for sids in subscription_ids for sid in sids), dtype=np.int64, count=int(lengths.sum())
-        )
-        event = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        id_code = np.fromiter((codes.get(sid, -1) for sid in ids), dtype=np.int64, count=len(ids))
+        flat = id_code[np.asarray(index, dtype=np.int64)] if len(index) else np.zeros(0, dtype=np.int64)
+        event = np.repeat(np.arange(n, dtype=np.int64), np.asarray(lengths, dtype=np.int64))
         known = flat >= 0
         self.counters["unknown_subscriptions"] += int(np.count_nonzero(~known))
         if not known.any():
             return
         width = len(filters)
-        pairs = np.unique(event[known] * width + flat[known])  # distinct (event, filter)
+        pairs = distinct_sorted(event[known] * width + flat[known])  # distinct (event, filter)
         event, flow_filter = pairs // width, pairs % width
         pub_names, pub_code = np.unique(np.asarray([str(p) for p in publishers]), return_inverse=True)
         flow, row_flow = np.unique(pub_code.reshape(-1)[event] * width + flow_filter, return_inverse=True)

@@ -158,3 +158,23 @@ def test_config_is_checked() -> None:
         PlannerConfig(check_period_ms=1000, rate_window_ms=1500)
     with pytest.raises(ValueError, match="method must be one of"):
         PlannerConfig(method="fast")
+
+
+def test_match_columns_count_as_match_lists_do() -> None:
+    """``add_match_columns`` (ids numbered in any order, unknown ids mixed in) leaves the state
+    ``add_matches`` leaves, byte for byte, batch after batch."""
+    import numpy as np
+
+    lists = [["sub-1", "sub-2"], ["sub-2"], [], ["nobody", "sub-1"], ["sub-1", "sub-2", "nobody"]] * 40
+    a, b = planner(), planner()
+    for k in range(3):
+        pubs = ["p1", "p2", "p1", "p3", "p1"] * 40
+        times = [k * PERIOD + 5.0 * i for i in range(len(lists))]
+        a.add_matches(pubs, times, lists)
+        ids = sorted({s for sids in lists for s in sids}, reverse=True)
+        number = {s: i for i, s in enumerate(ids)}
+        index = np.array([number[s] for sids in lists for s in sids], dtype=np.int64)
+        b.add_match_columns(pubs, np.array(times), np.array([len(s) for s in lists]), ids, index)
+    assert a.to_bytes() == b.to_bytes()
+    assert a.counters["unknown_subscriptions"] == b.counters["unknown_subscriptions"] == 3 * 80
+    assert a._rates.query("p1|price < 10", 3 * PERIOD) is not None

@@ -95,3 +95,22 @@ def test_rolling_window_holds_sketches_and_sequence_logs() -> None:
     assert log is not None and (log.received, log.expected) == (3, 4)
     with pytest.raises(ValueError, match="2 times but 3 values"):
         w.add("l", [0.0, 1.0], np.array([1.0, 2.0, 3.0]))
+
+
+def test_repeated_values_give_the_summaries_that_adding_them_gives() -> None:
+    """Counts (every value 1) go through ``Moments.add_repeated``: the same windows, byte for
+    byte, as the per-group ``add`` (a factory without ``add_repeated`` takes that path), also on
+    top of buckets that already hold other values."""
+    from routing.stats.moments import Moments
+
+    rng = np.random.default_rng(5)
+    fast = RollingWindow(Moments, bucket_ms=100, buckets=4)
+    plain = RollingWindow(lambda: Moments(), bucket_ms=100, buckets=4)
+    for step in range(5):
+        code = rng.integers(0, 7, 300)
+        t = step * 100 + rng.uniform(0, 250, 300)
+        values = np.ones(300) if step % 2 else rng.normal(3.0, 1.0, 300)
+        for w in (fast, plain):
+            w.add_groups([f"k{i}" for i in range(7)], code, t, values)
+    assert fast.to_bytes() == plain.to_bytes()
+    assert fast.query("k3", 500.0) is not None and fast.query("k3", 500.0).count > 0
