@@ -47,9 +47,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from routing.matching.index import MatchIndex
+from routing.common.arrays import distinct_sorted
+from routing.matching.index import EventBatch, MatchIndex
 from routing.matching.table import SubscriptionRecord, plan_change
-from routing.reliability.estimation import EstimationConfig, TelemetryEstimator
+from routing.reliability.estimation import EstimationConfig, MatchedSubscribers, TelemetryEstimator
 from routing.reliability.prediction import (
     MODELS,
     CompiledSystem,
@@ -63,7 +64,7 @@ from routing.reliability.queueing import RHO_WARNING
 from routing.stats.distributions import Distribution, Empirical, parse_distribution
 from routing.stats.state import pack_documents, unpack_documents
 
-__all__ = ["QosMonitor", "QosMonitorConfig", "SubscriptionWish"]
+__all__ = ["QosMonitor", "QosMonitorConfig", "SubscriptionWish", "content_keys"]
 
 _ZERO = {"kind": "deterministic", "value": 0.0}
 _UNBOUNDED_MS = 1e9  # a contributor delay this large comes from a saturated broker (rho >= 1)
@@ -203,6 +204,60 @@ def _num(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+def _as_batch(attributes: EventBatch | Sequence[Mapping[str, object]]) -> EventBatch:
+    return attributes if isinstance(attributes, EventBatch) else EventBatch.from_events(list(attributes))
+
+
+def _pieces(name: str, values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """``"name":value`` (JSON, as ``json.dumps`` writes them) for the events that carry attribute
+    ``name``, None for the others; each distinct value encoded once (a double by its bits, so
+    that -0.0 stays apart from 0.0)."""
+    out = np.full(len(present), None, dtype=object)
+    rows = np.flatnonzero(present)
+    if not len(rows):
+        return out
+    head = json.dumps(name) + ":"
+    vals = values[rows]
+    if vals.dtype.kind in "iub" or vals.dtype.kind == "f":
+        as_float = vals.dtype.kind == "f"
+        keys = vals.astype(np.float64).view(np.int64) if as_float else vals
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        shown = uniq.view(np.float64) if as_float else uniq
+        texts = np.array([head + json.dumps(v) for v in shown.tolist()], dtype=object)
+        out[rows] = texts[inverse.reshape(-1)]
+        return out
+    seen: dict[tuple[type, object], str] = {}  # by type: 1, 1.0 and True are equal keys
+    for i, v in zip(rows.tolist(), vals.tolist(), strict=True):
+        if type(v) is float:  # -0.0 == 0.0 and NaN != NaN: a float is encoded each time
+            out[i] = head + json.dumps(v)
+            continue
+        k = (type(v), v)
+        text = seen.get(k)
+        if text is None:
+            text = seen[k] = head + json.dumps(v)
+        out[i] = text
+    return out
+
+
+def content_keys(batch: EventBatch, lifetime_ms: np.ndarray) -> list[str]:
+    """Each event's content-mix key, ``"<lifetime>|<attributes as canonical JSON>"``: exactly
+    ``f"{lifetime:g}|" + json.dumps(attributes, sort_keys=True, separators=(",", ":"))``, built
+    column by column (each attribute's distinct values encoded once) rather than one
+    ``json.dumps`` per event.
+
+    >>> batch = EventBatch.from_events([{"b": 1.5, "a": "x"}, {}, {"a": True}])
+    >>> content_keys(batch, np.array([1000.0, 0.0, 2.5]))
+    ['1000|{"a":"x","b":1.5}', '0|{}', '2.5|{"a":true}']
+    """
+    columns = batch.columns()
+    cols = [_pieces(name, *columns[name]) for name in sorted(columns)]
+    rows: Any = zip(*cols, strict=True) if cols else ((),) * len(batch)
+    return [
+        f"{lt:g}|{{" + ",".join([p for p in row if p is not None]) + "}"
+        for lt, row in zip(lifetime_ms.tolist(), rows, strict=True)
+    ]
+
+
 class QosMonitor:
     """See the module docstring.
 
@@ -294,12 +349,13 @@ class QosMonitor:
             self._index.add(sid, text)
         return rejected
 
-    def _match(self, attributes: Sequence[Mapping[str, object]]) -> list[list[str]]:
-        """Subscribers (not subscriptions) matching each event."""
+    def _match(self, attributes: EventBatch | Sequence[Mapping[str, object]]) -> MatchedSubscribers:
+        """Subscribers (not subscriptions) matching each event, each event's in name order."""
+        batch = _as_batch(attributes)
+        n = len(batch)
         if not self.wishes:
-            return [[] for _ in attributes]
-        n = len(attributes)
-        offsets, ranks, by_rank = self._index.match(list(attributes)).sorted_ranks()
+            return MatchedSubscribers(np.zeros(n, dtype=np.int64), [], np.zeros(0, dtype=np.int64))
+        offsets, ranks, by_rank = self._index.match(batch).sorted_ranks()
         # (event, subscriber) pairs as numbers: subscribers numbered in string order, so that
         # sorting the numbers sorts the names
         memo = self._owners_memo  # by_rank and the wishes change only when the subscriptions do
@@ -318,10 +374,9 @@ class QosMonitor:
         event = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
         keep = owner >= 0  # a freed slot's rank (no subscription) is never matched; kept out anyway
         width = max(len(owners), 1)
-        pairs = np.unique(event[keep] * width + owner[keep])
-        bounds = np.searchsorted(pairs // width, np.arange(n + 1)).tolist()
-        names = np.array(owners, dtype=object)[pairs % width].tolist()
-        return [names[bounds[i] : bounds[i + 1]] for i in range(n)]
+        pairs = distinct_sorted(event[keep] * width + owner[keep])  # by event, then subscriber name
+        lengths = np.bincount(pairs // width, minlength=n).astype(np.int64)
+        return MatchedSubscribers(lengths, owners, (pairs % width).astype(np.int64))
 
     # -- telemetry -------------------------------------------------------------------------
 
@@ -331,13 +386,15 @@ class QosMonitor:
         publisher_id: Sequence[str],
         published_at_ms: ArrayLike,
         lifetime_ms: ArrayLike,
-        attributes: Sequence[Mapping[str, object]],
+        attributes: EventBatch | Sequence[Mapping[str, object]],
     ) -> None:
         """Publications: the estimator's publisher statistics, the matching subscribers (the
-        denominator of R_s) and the publishers' content mix."""
+        denominator of R_s) and the publishers' content mix. ``attributes``: one mapping per
+        event, or the events' attribute columns (``EventBatch.from_columns``)."""
         at = np.asarray(published_at_ms, dtype=np.float64)
         life = np.asarray(lifetime_ms, dtype=np.float64)
-        self.estimator.add_publications(list(publisher_id), list(event_id), at, life, list(attributes))
+        batch = _as_batch(attributes)
+        self.estimator.add_publications(list(publisher_id), list(event_id), at, life, batch)
         if len(at) == 0:
             return
         now = float(at.max())
@@ -347,9 +404,8 @@ class QosMonitor:
                 for k in mix:
                     mix[k] *= decay
         self.content_clock = max(self.content_clock, now)
-        for pid, lt, attrs in zip(publisher_id, life.tolist(), attributes, strict=True):
+        for pid, key in zip(publisher_id, content_keys(batch, life), strict=True):
             mix = self.content.setdefault(str(pid), {})
-            key = f"{lt:g}|" + json.dumps(dict(attrs), sort_keys=True, separators=(",", ":"))
             mix[key] = mix.get(key, 0.0) + 1.0
             if len(mix) > 4 * self.config.max_content:
                 keep = sorted(mix.items(), key=lambda kv: -kv[1])[: self.config.max_content]

@@ -53,6 +53,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from routing.common.arrays import distinct_sorted
 from routing.stats.delay_sketch import DelaySketch
 from routing.stats.intervals import batch_means_interval, wilson_interval
 from routing.stats.moments import Moments, Tally
@@ -66,6 +67,7 @@ __all__ = [
     "EstimationConfig",
     "LinkEstimate",
     "LinkLossEstimate",
+    "MatchedSubscribers",
     "PublisherEstimate",
     "SubscriberEstimate",
     "TelemetryEstimator",
@@ -344,8 +346,48 @@ class EstimatedSystem:
 # TelemetryEstimator
 # --------------------------------------------------------------------------------------------
 
-Match = Callable[[Sequence[Mapping[str, object]]], Sequence[Sequence[str]]]
-"""``match(attributes_per_event) -> subscriber ids per event`` (e.g. over a ``MatchIndex``)."""
+
+@dataclass(frozen=True)
+class MatchedSubscribers:
+    """The subscribers of a batch of events as columns: event ``i`` has ``lengths[i]``
+    subscribers, ``names[index[j]]`` for its ``j``s in ``index`` (the events' lists end to end;
+    ``names`` may hold names no event has)."""
+
+    lengths: NDArray[np.int64]
+    names: Sequence[str]
+    index: NDArray[np.int64]
+
+    @classmethod
+    def of_lists(cls, subscriber_ids: Sequence[Sequence[str]]) -> MatchedSubscribers:
+        """From one list of subscriber ids per event.
+
+        >>> m = MatchedSubscribers.of_lists([["b", "a"], [], ["a"]])
+        >>> m.lengths.tolist(), list(m.names), m.index.tolist()
+        ([2, 0, 1], ['b', 'a'], [0, 1, 1])
+        """
+        numbers: dict[str, int] = {}
+        index = np.fromiter(
+            (numbers.setdefault(str(sid), len(numbers)) for group in subscriber_ids for sid in group), dtype=np.int64
+        )
+        lengths = np.fromiter((len(s) for s in subscriber_ids), dtype=np.int64, count=len(subscriber_ids))
+        return cls(lengths, list(numbers), index)
+
+    def lists(self) -> list[list[str]]:
+        """One list of subscriber ids per event (:meth:`of_lists` back).
+
+        >>> MatchedSubscribers.of_lists([["b", "a"], [], ["a"]]).lists()
+        [['b', 'a'], [], ['a']]
+        """
+        names = [self.names[k] for k in self.index.tolist()]
+        bounds = np.concatenate(([0], np.cumsum(self.lengths))).tolist()
+        return [names[bounds[i] : bounds[i + 1]] for i in range(len(self.lengths))]
+
+
+Match = Callable[[Any], "Sequence[Sequence[str]] | MatchedSubscribers"]
+"""``match(attributes of the events) -> their subscribers`` (e.g. over a ``MatchIndex``): one id
+list per event, or the same as :class:`MatchedSubscribers`. The attributes are what
+:meth:`TelemetryEstimator.add_publications` was given (one mapping per event, or any sized
+batch the function reads, such as a ``routing.matching.EventBatch``)."""
 
 _WINDOWS: dict[str, str] = {  # window attribute (without the leading _) -> item kind
     "pub_lifetime": "moments",  # by published_at: lifetimes (their count gives the rate)
@@ -521,12 +563,13 @@ class TelemetryEstimator:
         event_id: Sequence[str] | NDArray[Any],
         published_at_ms: ArrayLike,
         lifetime_ms: ArrayLike,
-        attributes: Sequence[Mapping[str, object]] | None = None,
+        attributes: Sequence[Mapping[str, object]] | Sized | None = None,
     ) -> None:
         """Add published events (SiftStream ``Event`` records as columns).
 
-        ``attributes``, one mapping per event, is used only when the estimator has a ``match``:
-        the matching subscribers are then recorded as by :meth:`add_matches`.
+        ``attributes`` (one mapping per event, or a batch the ``match`` function reads) is used
+        only when the estimator has a ``match``: the matching subscribers are then recorded as by
+        :meth:`add_matches`.
         """
         pubs, ids = _ids(publisher_id), _ids(event_id)
         at = _times("add_publications", "published_at_ms", published_at_ms)
@@ -552,17 +595,30 @@ class TelemetryEstimator:
         if attributes is not None and self._match is not None:
             self.add_matches(ids, self._match(attributes))
 
-    def add_matches(self, event_id: Sequence[str] | NDArray[Any], subscriber_ids: Sequence[Sequence[str]]) -> None:
-        """Add the subscribers each event matches (SiftStream ``Match`` records: one id list per event)."""
+    def add_matches(
+        self,
+        event_id: Sequence[str] | NDArray[Any],
+        subscriber_ids: Sequence[Sequence[str]] | MatchedSubscribers,
+    ) -> None:
+        """Add the subscribers each event matches (SiftStream ``Match`` records: one id list per
+        event, or the lists as :class:`MatchedSubscribers`). New subscribers are numbered in the
+        order they first appear in the lists, end to end."""
         ids = _ids(event_id)
-        _check_lengths("add_matches", event_id=ids, subscriber_ids=subscriber_ids)
+        if isinstance(subscriber_ids, MatchedSubscribers):
+            matched = subscriber_ids
+        else:
+            matched = MatchedSubscribers.of_lists(subscriber_ids)
+        _check_lengths("add_matches", event_id=ids, subscriber_ids=matched.lengths)
         if ids.size == 0:
             return
         slots = self._slots_for(ids, np.full(len(ids), self._clock))
-        lengths = np.fromiter((len(s) for s in subscriber_ids), dtype=np.int64, count=len(ids))
-        subs = self._sub_codes([str(sid) for group in subscriber_ids for sid in group])
-        self._m_slot = np.concatenate((self._m_slot, np.repeat(slots, lengths)))
-        self._m_sub = np.concatenate((self._m_sub, subs))
+        index = np.asarray(matched.index, dtype=np.int64)
+        used, first = np.unique(index, return_index=True)  # each name used, where it first appears
+        by_first = used[np.argsort(first, kind="stable")]
+        code_of = np.zeros(len(matched.names), dtype=np.int64)
+        code_of[by_first] = self._sub_codes([str(matched.names[k]) for k in by_first.tolist()])
+        self._m_slot = np.concatenate((self._m_slot, np.repeat(slots, matched.lengths)))
+        self._m_sub = np.concatenate((self._m_sub, code_of[index]))
 
     def add_receipts(
         self,
@@ -708,7 +764,7 @@ class TelemetryEstimator:
         due = ~self._ev_resolved & (deadline <= now)  # NaN (no publication yet) compares false
         if due.any():
             m = due[self._m_slot]
-            pair = np.unique(self._m_slot[m] * n_subs + self._m_sub[m])
+            pair = distinct_sorted(self._m_slot[m] * n_subs + self._m_sub[m])
             slot, sub = pair // n_subs, pair % n_subs
             r_slot, r_sub, r_at = self._first_receipts(due)
             r_key = r_slot * n_subs + r_sub  # sorted, like pair

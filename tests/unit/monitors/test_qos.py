@@ -306,12 +306,48 @@ def test_the_subscribers_an_event_matches_follow_a_subscription_that_changes_own
     m.apply_subscriptions(
         [sub("s1", "alice", "a = 1"), sub("s2", "bob", "a > 0")], [{"subscriber_id": "alice"}, {"subscriber_id": "bob"}]
     )
-    assert m._match([{"a": 1}, {"a": 2}]) == [["alice", "bob"], ["bob"]]
-    assert m._match([{"a": 2}, {"a": 1}]) == [["bob"], ["alice", "bob"]]  # the kept numbering
+    assert m._match([{"a": 1}, {"a": 2}]).lists() == [["alice", "bob"], ["bob"]]
+    assert m._match([{"a": 2}, {"a": 1}]).lists() == [["bob"], ["alice", "bob"]]  # the kept numbering
     m.apply_subscriptions([sub("s1", "carol", "a = 1")], [{"subscriber_id": "carol"}])
-    assert m._match([{"a": 1}]) == [["bob", "carol"]]
+    assert m._match([{"a": 1}]).lists() == [["bob", "carol"]]
     m.apply_subscriptions([sub("s3", "alice", "a = 2")], [{"subscriber_id": "alice"}])
-    assert m._match([{"a": 2}, {"a": 1}]) == [["alice", "bob"], ["bob", "carol"]]
+    assert m._match([{"a": 2}, {"a": 1}]).lists() == [["alice", "bob"], ["bob", "carol"]]
     restored = QosMonitor.from_bytes(m.to_bytes())
-    assert restored._match([{"a": 2}, {"a": 1}]) == [["alice", "bob"], ["bob", "carol"]]
+    assert restored._match([{"a": 2}, {"a": 1}]).lists() == [["alice", "bob"], ["bob", "carol"]]
     assert restored.wishes == m.wishes
+
+
+def test_content_keys_are_the_json_of_each_events_attributes() -> None:
+    """``content_keys`` (column by column) gives, for every event, the canonical JSON that
+    ``json.dumps(..., sort_keys=True)`` writes of its attributes: every value kind, a name with
+    two kinds in one batch, -0.0 beside 0.0, big integers, text that JSON escapes, no attributes;
+    from mappings and from columns alike."""
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+
+    from routing.matching.index import EventBatch
+    from routing.monitors.qos import content_keys
+    from streaming.arrow_matching import event_batch
+
+    events: list[dict[str, object]] = [
+        {"a": 1, "b": 2.5, "s": "x"},
+        {"a": 2.0, "ok": True, "s": 'q"\\\u00e9\n'},
+        {},
+        {"d": -0.0, "big": 2**62, "z_": False},
+        {"d": 0.0, "a": -7},
+        {"s": "x", "b": 2.5},
+    ]
+    life = np.array([1000.0, 0.0, 2.5, 1e12, 30000.0, 1000.0])
+    want = [
+        f"{lt:g}|" + json.dumps(e, sort_keys=True, separators=(",", ":")) for lt, e in zip(life, events, strict=True)
+    ]
+    assert content_keys(EventBatch.from_events(events), life) == want
+    kinds = {"longs": (int, pa.int64()), "doubles": (float, pa.float64()), "strings": (str, pa.string())}
+    kinds["booleans"] = (bool, pa.bool_())
+    maps = {
+        k: pa.array([[(n, v) for n, v in e.items() if type(v) is t] for e in events], pa.map_(pa.string(), at))
+        for k, (t, at) in kinds.items()
+    }
+    assert content_keys(event_batch(maps, len(events)), life) == want
