@@ -34,7 +34,6 @@ Examples
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections.abc import Mapping, Sequence
 
@@ -44,6 +43,7 @@ from scipy import sparse
 from scipy.sparse import linalg as sparse_linalg
 
 from routing.channels.instance import Domain, ExactLimitError
+from routing.channels.kernels import approx_merges
 from routing.channels.kmeans import RESTARTS, kmeans, kmeans_weighted
 from routing.channels.similarity import distinct_windows, isolated, recent_windows
 from routing.matching.language import Filter
@@ -615,12 +615,14 @@ def approx(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WI
     ``window`` channels ordered by (|U_c| ascending, Σ|M(s)| descending, smallest member id), ties to the
     lexicographically first positions, until at most K channels remain.
 
-    Incremental bookkeeping: the order is a sorted list of keys (a merge removes two and inserts one),
-    the carried sets are packed bit rows, and NWI is kept for the pairs of the window's channels;
-    channels only leave the window by merging, so a merge recomputes the NWI rows of at most two
-    channels that enter it. :func:`approx_by_sorting` is the plain twin that sorts every channel and
-    recomputes the window's NWI at every merge (docs/conventions.md §6).
+    The merging runs compiled (:func:`routing.channels.kernels.approx_merges`): the order is kept
+    sorted (a merge removes two channels and inserts one), the carried sets are packed bit rows, and
+    NWI is kept for the pairs of the window's channels; channels only leave the window by merging, so
+    only the channels that enter it get new NWI rows. :func:`approx_by_sorting` is the plain twin
+    that sorts every channel and recomputes the window's NWI at every merge (docs/conventions.md §6).
     """
+    if window < 2:
+        raise ValueError(f"approx needs a window of at least 2 channels, got {window}")
     n = len(hits)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -631,88 +633,20 @@ def approx(hits: BoolMatrix, k: int, ids: Sequence[str], window: int = APPROX_WI
     cap = 2 * m
     words = np.zeros((cap, _pack_words(sets[:1]).shape[1]), dtype=np.uint64)
     words[:m] = _pack_words(sets)
-    width: list[int] = sets.sum(axis=1).tolist() + [0] * m
-    members: list[int] = np.bincount(which, minlength=m).tolist() + [0] * m
-    matches: list[int] = np.bincount(which, weights=hits.sum(axis=1), minlength=m).astype(np.int64).tolist() + [0] * m
+    width = np.zeros(cap, dtype=np.int64)
+    width[:m] = sets.sum(axis=1)
+    members = np.zeros(cap, dtype=np.int64)
+    members[:m] = np.bincount(which, minlength=m)
+    matches = np.zeros(cap, dtype=np.int64)
+    matches[:m] = np.bincount(which, weights=hits.sum(axis=1), minlength=m).astype(np.int64)
     rank = np.empty(n, dtype=np.int64)
     rank[sorted(range(n), key=ids.__getitem__)] = np.arange(n)
-    lowest = np.full(m, n, dtype=np.int64)
-    np.minimum.at(lowest, which, rank)  # the smallest member id, as its rank in string order
-    first: list[int] = lowest.tolist() + [0] * m
-    parent = np.arange(cap, dtype=np.int64)
-    size = min(window, m)
-    big = np.iinfo(np.int64).max
-    slot_of: dict[int, int] = {}
-    slot_key: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * size
-    slot_used = np.zeros(size, dtype=bool)
-    slot_width = np.zeros(size, dtype=np.int64)
-    slot_members = np.zeros(size, dtype=np.int64)
-    slot_words = np.zeros((size, words.shape[1]), dtype=np.uint64)
-    nwi = np.full((size, size), big, dtype=np.int64)  # NWI of the window's pairs, by slot
-    free = list(range(size - 1, -1, -1))
-
-    def key(c: int) -> tuple[int, int, int, int]:
-        return (width[c], -matches[c], first[c], c)
-
-    order = sorted(key(c) for c in range(m))
-    entering = order[:size]
-    next_cid, alive = m, m
-    while alive > k:
-        for entry in entering:
-            c = entry[3]
-            if c in slot_of:
-                continue
-            x = free.pop()  # a channel enters the window: its NWI row and column
-            slot_of[c] = x
-            slot_key[x] = entry
-            slot_used[x] = True
-            slot_width[x] = width[c]
-            slot_members[x] = members[c]
-            slot_words[x] = words[c]
-            inter = np.bitwise_count(slot_words & words[c]).sum(axis=1, dtype=np.int64)
-            row = members[c] * (slot_width - inter) + slot_members * (width[c] - inter)
-            row[~slot_used] = big
-            row[x] = big
-            nwi[x, :] = row
-            nwi[:, x] = row
-        row_min = nwi.min(axis=1)
-        best = row_min.min()
-        rows = np.flatnonzero(row_min == best)
-        xs, ys = np.nonzero(nwi[rows] == best)
-        # positions in the order compare as the keys do: the lexicographically first pair of positions
-        _, _, xa, xb = min(
-            (slot_key[x], slot_key[y], x, y)
-            for x, y in zip(rows[xs].tolist(), ys.tolist(), strict=True)
-            if slot_key[x] < slot_key[y]
-        )
-        a, b = slot_key[xa][3], slot_key[xb][3]
-        c = next_cid
-        next_cid += 1
-        parent[a] = parent[b] = c
-        words[c] = words[a] | words[b]
-        width[c] = int(np.bitwise_count(words[c]).sum())
-        members[c] = members[a] + members[b]
-        matches[c] = matches[a] + matches[b]
-        first[c] = min(first[a], first[b])
-        for x in (xa, xb):
-            del order[bisect.bisect_left(order, slot_key[x])]
-            del slot_of[slot_key[x][3]]
-            slot_used[x] = False
-            slot_width[x] = 0
-            slot_members[x] = 0
-            slot_words[x] = 0
-            nwi[x, :] = big
-            nwi[:, x] = big
-            free.append(x)
-        merged = key(c)
-        at = bisect.bisect_left(order, merged)
-        order.insert(at, merged)
-        alive -= 1
-        # channels leave the window only by merging: what enters is the merged channel or what the
-        # two departures pulled up to the window's last places
-        entering = ([merged] if at < size else []) + order[max(0, size - 3) : size]
+    first = np.full(cap, n, dtype=np.int64)
+    np.minimum.at(first, which, rank)  # the smallest member id, as its rank in string order
+    order = np.lexsort((np.arange(m), first[:m], -matches[:m], width[:m])).astype(np.int64)
+    parent, used = approx_merges(words, width, members, matches, first, order, m, k, window)
     root = parent.copy()
-    for c in range(next_cid - 1, -1, -1):  # a merged channel's id exceeds its parts': one pass from the top
+    for c in range(used - 1, -1, -1):  # a merged channel's id exceeds its parts': one pass from the top
         root[c] = root[root[c]]
     return number_channels(root[which], ids)
 
