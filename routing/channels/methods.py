@@ -253,30 +253,59 @@ class ChannelUnions:
     """What each of K channels carries, kept between placements: the join rule one subscription
     at a time.
 
-    ``carried[c]`` is U_c (a bool row over the sample's events) and ``size[c]`` is |S_c|.
-    :meth:`place` applies the join rule to one match set M(s): the channel c in 0..K-1 of least
-    ΔFP(c) = |U_c \\ M(s)| + |S_c| · |M(s) \\ U_c|, the lowest c on a tie, and adds s to it.
+    ``carried[c]`` is U_c (a bool row over the sample's events), ``size[c]`` is |S_c| and ``width[c]``
+    is |U_c|, kept with ``carried`` by :meth:`add`, :meth:`fill` and :meth:`place` (write a channel
+    through them, not into ``carried``). :meth:`place` applies the join rule to one match set M(s):
+    the channel c in 0..K-1 of least ΔFP(c) = |U_c \\ M(s)| + |S_c| · |M(s) \\ U_c|, the lowest c on a
+    tie, and adds s to it. With i(c) = |U_c ∩ M(s)|, ΔFP(c) = (|U_c| − i(c)) + |S_c| (|M(s)| − i(c)),
+    so a placement reads only the K columns of M(s)'s events.
 
     >>> unions = ChannelUnions(2, 3)
     >>> unions.add(0, np.array([True, True, False]))
     >>> unions.place(np.array([False, False, True])), unions.place(np.array([True, False, False]))
     (1, 0)
+    >>> unions.width.tolist(), unions.size.tolist()
+    ([2, 1], [2, 1])
     """
 
     def __init__(self, k: int, events: int) -> None:
         self.carried = np.zeros((k, events), dtype=bool)
         self.size = np.zeros(k, dtype=np.int64)
+        self.width = np.zeros(k, dtype=np.int64)
+
+    @classmethod
+    def of(cls, hits: BoolMatrix, labels: Labels, k: int) -> ChannelUnions:
+        """The unions of a plan: subscription i (row i of ``hits``) on channel ``labels[i]``; a
+        label −1 is not placed."""
+        unions = cls(k, hits.shape[1])
+        rows, cols = np.nonzero(hits)
+        on = labels[rows] >= 0
+        unions.carried[labels[rows[on]], cols[on]] = True
+        unions.size = np.bincount(labels[labels >= 0], minlength=k).astype(np.int64)
+        unions.width = unions.carried.sum(axis=1, dtype=np.int64)
+        return unions
+
+    def fill(self, channel: int, carried: npt.NDArray[np.bool_], size: int) -> None:
+        """Set ``channel`` to carry ``carried`` for ``size`` subscriptions."""
+        self.carried[channel] = carried
+        self.size[channel] = size
+        self.width[channel] = int(np.count_nonzero(carried))
 
     def add(self, channel: int, row: npt.NDArray[np.bool_]) -> None:
         """Put a subscription with match set ``row`` on ``channel``."""
         self.carried[channel] |= row
         self.size[channel] += 1
+        self.width[channel] = int(np.count_nonzero(self.carried[channel]))
 
     def place(self, row: npt.NDArray[np.bool_]) -> int:
         """The join rule for one subscription with match set ``row``: its channel, now joined."""
-        delta = (self.carried & ~row).sum(axis=1) + self.size * (row & ~self.carried).sum(axis=1)
+        events = np.flatnonzero(row)
+        inter = self.carried[:, events].sum(axis=1, dtype=np.int64)
+        delta = (self.width - inter) + self.size * (len(events) - inter)
         channel = int(np.argmin(delta))
-        self.add(channel, row)
+        self.width[channel] += len(events) - int(inter[channel])
+        self.carried[channel, events] = True
+        self.size[channel] += 1
         return channel
 
 
@@ -287,17 +316,11 @@ def join_isolated(hits: BoolMatrix, labels: Labels, ids: Sequence[str], k: int) 
     A subscription that matches nothing has ΔFP(c) = |U_c| and leaves every U_c as it is, so a run of
     them (consecutive in id order) joins one channel, found once."""
     labels = labels.copy()
-    unions = ChannelUnions(k, hits.shape[1])
-    placed = np.flatnonzero(labels >= 0)
-    for c in range(k):
-        rows = placed[labels[placed] == c]
-        if len(rows):
-            unions.carried[c] = hits[rows].any(axis=0)
-            unions.size[c] = len(rows)
-    empty = set(np.flatnonzero(~hits.any(axis=1)).tolist())
+    unions = ChannelUnions.of(hits, labels, k)
+    empty: npt.NDArray[np.bool_] = ~np.asarray(hits.any(axis=1), dtype=bool)
     run: list[int] = []
     for i in sorted(np.flatnonzero(labels < 0).tolist(), key=ids.__getitem__):
-        if i in empty:
+        if empty[i]:
             run.append(i)
             continue
         if run:
@@ -311,7 +334,7 @@ def join_isolated(hits: BoolMatrix, labels: Labels, ids: Sequence[str], k: int) 
 
 def _join_empty(unions: ChannelUnions, count: int) -> int:
     """``count`` subscriptions with empty match sets, placed one after another: all on one channel."""
-    channel = int(np.argmin(unions.carried.sum(axis=1)))
+    channel = int(np.argmin(unions.width))
     unions.size[channel] += count
     return channel
 

@@ -613,8 +613,7 @@ class ChannelMonitor:
         unions = ChannelUnions(self.config.k, self.config.sample_events)
         sizes = self._summary()[0]
         for c in np.flatnonzero(sizes).tolist():
-            unions.carried[c] = self._carried[c] > 0
-            unions.size[c] = int(sizes[c])
+            unions.fill(c, self._carried[c] > 0, int(sizes[c]))
         return unions
 
     def _take_row(self) -> int:
