@@ -45,7 +45,7 @@ from scipy.sparse import linalg as sparse_linalg
 from routing.channels.instance import Domain, ExactLimitError
 from routing.channels.kernels import approx_merges
 from routing.channels.kmeans import RESTARTS, kmeans, kmeans_weighted
-from routing.channels.similarity import distinct_windows, isolated, recent_windows
+from routing.channels.similarity import csr_of, distinct_windows, isolated, nonzero_of, recent_windows
 from routing.matching.language import Filter
 
 __all__ = [
@@ -278,7 +278,7 @@ class ChannelUnions:
         """The unions of a plan: subscription i (row i of ``hits``) on channel ``labels[i]``; a
         label −1 is not placed."""
         unions = cls(k, hits.shape[1])
-        rows, cols = np.nonzero(hits)
+        rows, cols = nonzero_of(hits)
         on = labels[rows] >= 0
         unions.carried[labels[rows[on]], cols[on]] = True
         unions.size = np.bincount(labels[labels >= 0], minlength=k).astype(np.int64)
@@ -465,7 +465,7 @@ def spectral_ncut_sparse(
     count = np.bincount(which, minlength=len(rows)).astype(np.int64)
     size = np.asarray(rows.sum(axis=1), dtype=np.float64)
     nonempty = np.flatnonzero(size > 0)  # the empty window is isolated: left out of the graph
-    r = sparse.csr_matrix(rows[nonempty], dtype=np.float64)
+    r = csr_of(rows[nonempty], np.float64)
     a = sparse.csr_matrix(r @ r.T)  # |R_g ∩ R_h|, the diagonal |R_g|
     a.sort_indices()
     kept = size[nonempty]

@@ -54,7 +54,7 @@ from routing.channels.methods import (
     spectral_ncut_sparse,
     spectral_rassoc,
 )
-from routing.channels.similarity import jaccard, recent_windows
+from routing.channels.similarity import csr_of, jaccard, recent_windows
 from routing.matching.language import Filter
 
 __all__ = [
@@ -358,7 +358,7 @@ def select_auto(
     events = hits.shape[1]
     split = holdout_split(events)
     fit_prep = prep if split == events else PreparedInstance(prep.instance, np.ascontiguousarray(hits[:, :split]))
-    whole = _csr(hits)
+    whole = csr_of(hits)
     held = sparse.csr_matrix(whole[:, split:]) if split < events else None
     fit_matches = int(np.count_nonzero(fit_prep.hits))
     labels_of: dict[str, npt.NDArray[np.int64]] = {}
@@ -397,15 +397,6 @@ def select_auto(
     elif split < events and chosen != "flooding":
         labels = _join_unseen(hits, fit_prep.hits, labels, prep.instance)
     return AutoChoice(chosen, labels, sample_fp, held_out_fp, events - split, refit, fit_ms, tuple(skipped))
-
-
-def _csr(hits: npt.NDArray[np.bool_]) -> sparse.csr_matrix:
-    """``hits`` as a float32 CSR matrix (1 per match), built from its True entries (row-major, so each
-    row's columns come sorted) without a dense float copy."""
-    rows, cols = np.nonzero(hits)
-    indptr = np.zeros(len(hits) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=len(hits)), out=indptr[1:])
-    return sparse.csr_matrix((np.ones(len(cols), dtype=np.float32), cols, indptr), shape=hits.shape)
 
 
 def _join_unseen(

@@ -322,7 +322,11 @@ def test_recluster_auto_fills_the_times_it_is_given() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.booleans(), min_size=7, max_size=7), min_size=0, max_size=9))
 def test_the_csr_of_the_matches_equals_scipys(rows: list[list[bool]]) -> None:
+    from routing.channels.similarity import csr_of, nonzero_of
+
     hits = np.array(rows, dtype=bool).reshape(len(rows), 7)
-    fast, plain = planner._csr(hits), sparse.csr_matrix(hits, dtype=np.float32)
+    fast, plain = csr_of(hits), sparse.csr_matrix(hits, dtype=np.float32)
+    for matrix in (hits, np.ascontiguousarray(np.hstack([hits, hits[:, :1]]))):  # 7 and 8 columns: both paths
+        assert [v.tolist() for v in nonzero_of(matrix)] == [v.tolist() for v in np.nonzero(matrix)]
     assert fast.shape == plain.shape and fast.dtype == plain.dtype
     assert (fast != plain).nnz == 0 and fast.nnz == plain.nnz and fast.has_sorted_indices
