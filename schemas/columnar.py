@@ -53,9 +53,11 @@ __all__ = [
     "Field",
     "FlatColumns",
     "FlatDecoder",
+    "MatchFields",
     "ascii_rows",
     "binary_buffers",
     "decode_events",
+    "decode_matches",
     "fields_of",
     "gather_spans",
     "supports",
@@ -709,3 +711,147 @@ def decode_events(offsets: NDArray[Any], data: NDArray[np.uint8], valid: NDArray
         entries = np.empty((6, m), dtype=np.int64)
         m = _decode_events(offsets, data, valid, header, heads, accepted, entries)
     return EventFields(data, accepted, heads, entries[:, :m])
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_matches(
+    offsets: NDArray[np.int64],
+    data: NDArray[np.uint8],
+    valid: NDArray[np.bool_],
+    header: NDArray[np.uint8],
+    heads: NDArray[np.int64],
+    accepted: NDArray[np.bool_],
+    items: NDArray[np.int64],
+) -> int:
+    """Decode every value as a ``Match``; return how many subscription ids the accepted rows
+    hold (only the first ``items.shape[1]`` are written: the caller retries with room for all).
+
+    ``heads[:, i]``: event_id start, length, publisher_id start, length, published_at, the row's
+    first id in ``items`` and its number of ids. ``items[:, j]``: an id's start and length. A row
+    is accepted when it is the current version, decodes to its end and has ASCII strings (the
+    record has no rules).
+    """
+    n = len(valid)
+    room = items.shape[1]
+    m = 0
+    for i in range(n):
+        accepted[i] = False
+        heads[5, i] = m
+        heads[6, i] = 0
+        if not valid[i]:
+            continue
+        end = offsets[i + 1]
+        pos = _body_start(data, offsets[i], end, header)
+        if pos < 0:
+            continue
+        good = True
+        for f in range(2):  # event_id, publisher_id
+            length, pos, ok = _varint(data, pos, end, 10)
+            if not ok or length < 0 or pos + length > end or not _ascii_span(data, pos, length):
+                good = False
+                break
+            heads[2 * f, i] = pos
+            heads[2 * f + 1, i] = length
+            pos += length
+        if not good:
+            continue
+        value, pos, ok = _varint(data, pos, end, 10)
+        if not ok:
+            continue
+        heads[4, i] = value
+        first = m
+        while good:  # subscription_ids: blocks of strings
+            count, pos, ok = _varint(data, pos, end, 10)
+            if not ok:
+                good = False
+                break
+            if count == 0:
+                break
+            if count < 0:  # a block with its size in bytes
+                count = -count
+                _, pos, ok = _varint(data, pos, end, 10)
+                if not ok:
+                    good = False
+                    break
+            for _e in range(count):
+                length, pos, ok = _varint(data, pos, end, 10)
+                if not ok or length < 0 or pos + length > end or not _ascii_span(data, pos, length):
+                    good = False
+                    break
+                if m < room:
+                    items[0, m] = pos
+                    items[1, m] = length
+                m += 1
+                pos += length
+        if good and pos == end:
+            accepted[i] = True
+            heads[6, i] = m - first
+        else:
+            m = first
+    return m
+
+
+@dataclass
+class MatchFields:
+    """What :func:`decode_matches` found: ``accepted[i]`` (row ``i`` is a ``Match`` this path is
+    sure of), its head fields and its subscription ids (meaningful where accepted)."""
+
+    data: NDArray[np.uint8]
+    accepted: NDArray[np.bool_]
+    heads: NDArray[np.int64]
+    items: NDArray[np.int64]
+
+    def string_span(self, name: str) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``event_id`` or ``publisher_id``: each row's start in ``data`` and length."""
+        k = ("event_id", "publisher_id").index(name)
+        return self.heads[2 * k], self.heads[2 * k + 1]
+
+    def published_at(self) -> NDArray[np.int64]:
+        return np.asarray(self.heads[4])
+
+    def ids(self, rows: NDArray[np.int64]) -> tuple[NDArray[np.int32], Any]:
+        """The subscription ids of the accepted ``rows``: Arrow list offsets (int32) and the ids
+        end to end as an Arrow string array."""
+        import pyarrow as pa
+
+        first, count = self.heads[5][rows], self.heads[6][rows]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+        np.cumsum(count, out=offsets[1:])
+        take = np.repeat(first - offsets[:-1], count) + np.arange(int(offsets[-1]), dtype=np.int64)
+        spans, blob = _gather(self.data, self.items[0][take], self.items[1][take])
+        strings = pa.Array.from_buffers(pa.string(), len(take), [None, pa.py_buffer(spans), pa.py_buffer(blob)])
+        return offsets, strings
+
+
+_MATCH_ROOM = [32]  # subscription ids per row to make room for (grows to the largest batch's)
+
+
+def decode_matches(offsets: NDArray[Any], data: NDArray[np.uint8], valid: NDArray[np.bool_]) -> MatchFields:
+    """Decode the values ``data[offsets[i] : offsets[i + 1]]`` (null where not ``valid[i]``,
+    Arrow's binary layout) as ``Match`` records (the routes job's input), in one compiled pass. A
+    row that is not accepted is referred to the reference decoder, as for flat records.
+
+    >>> from schemas.codec import codec_for
+    >>> m = {"event_id": "e1", "publisher_id": "p", "published_at": 5, "subscription_ids": ["s1", "s2"]}
+    >>> raw = [codec_for("Match").encode(m), codec_for("Match").encode({**m, "subscription_ids": []}), b"x"]
+    >>> offsets = np.cumsum([0] + [len(r) for r in raw])
+    >>> out = decode_matches(offsets, np.frombuffer(b"".join(raw), np.uint8), np.ones(3, dtype=bool))
+    >>> out.accepted.tolist(), out.published_at()[:2].tolist()
+    ([True, True, False], [5, 5])
+    >>> lists, ids = out.ids(np.array([0, 1]))
+    >>> lists.tolist(), ids.to_pylist()
+    ([0, 2, 2], ['s1', 's2'])
+    """
+    n = len(valid)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    valid = np.ascontiguousarray(valid, dtype=np.bool_)
+    header = np.frombuffer(codec_for("Match").header, dtype=np.uint8)
+    heads = np.zeros((7, n), dtype=np.int64)
+    accepted = np.zeros(n, dtype=np.bool_)
+    items = np.empty((2, max(1, n * _MATCH_ROOM[0])), dtype=np.int64)
+    m = _decode_matches(offsets, data, valid, header, heads, accepted, items)
+    if m > items.shape[1]:
+        _MATCH_ROOM[0] = -(-m // max(1, n))
+        items = np.empty((2, m), dtype=np.int64)
+        m = _decode_matches(offsets, data, valid, header, heads, accepted, items)
+    return MatchFields(data, accepted, heads, items[:, :m])

@@ -27,7 +27,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from routing.matching.table import SubscriptionRecord
-from schemas.columnar import FlatColumns, FlatDecoder, ascii_rows, binary_buffers, supports
+from schemas.columnar import (
+    EventFields,
+    FlatColumns,
+    FlatDecoder,
+    MatchFields,
+    ascii_rows,
+    binary_buffers,
+    decode_events,
+    decode_matches,
+    gather_spans,
+    supports,
+)
+from schemas.rules import VALUE_KINDS
 from schemas.topics import (
     BROKER_TELEMETRY_TOPIC,
     DEADLETTER_TOPIC,
@@ -127,9 +139,13 @@ class TopicReader:
     :data:`RAW_SCHEMA`) to an Arrow table of its good records' fields, and for rejected records
     what a dead letter needs (raw key and value, coordinates, the verdict).
 
-    A flat record (``schemas.columnar``: the telemetry and the receipts) is decoded here, by the
-    columnar fast path; the values it refers (none in a clean stream) and every other topic's
-    values go to the JVM (``streaming.decode``), which is the reference. Both give the same table.
+    A flat record (``schemas.columnar``: the telemetry and the receipts), an ``Event`` (the
+    events topic, by the matching job's compiled pass ``schemas.columnar.decode_events``) and a
+    ``Match`` (``schemas.columnar.decode_matches``) are decoded here, by a columnar fast path;
+    the values it refers (none in a clean stream) and every other topic's values go to the JVM
+    (``streaming.decode``), which is the reference. Both give the same table (an event's
+    attribute maps as Arrow maps, equal as mappings: the fast path keeps the wire order of their
+    entries, the JVM its own).
     """
 
     def __init__(self, spark: SparkSession, topic: str, name: str, raw: bool = False) -> None:
@@ -142,6 +158,7 @@ class TopicReader:
         self.decoder = TopicDecoder(TOPICS[topic])
         schema = TOPICS[topic].schema
         self.flat = FlatDecoder(schema) if supports(schema) and not TOPICS[topic].compacted else None
+        self.compiled = {"Event": decode_events, "Match": decode_matches}.get(schema)  # their compiled passes
         self._schema: Any = None  # the Arrow schema of the output
         bad = F.col("error_code").isNotNull()
         rec = F.col("record")
@@ -179,10 +196,12 @@ class TopicReader:
 
     def collect(self, raw: Any) -> Any:
         """This topic's raw rows ``raw`` (Arrow, :data:`RAW_SCHEMA`) decoded and checked."""
-        if self.flat is None:
+        if (self.flat is None and self.compiled is None) or raw.num_rows == 0:
             return self.decoded(raw)
         value, key = raw.column("value").combine_chunks(), raw.column("key").combine_chunks()
-        out = self.flat.decode(*binary_buffers(value))
+        buffers = binary_buffers(value)
+        out: FlatColumns | EventFields | MatchFields
+        out = self.flat.decode(*buffers) if self.flat is not None else self.compiled(*buffers)  # type: ignore[misc]
         accepted = out.accepted & ascii_rows(*binary_buffers(key))
         idx = np.flatnonzero(accepted)
         referred = np.flatnonzero(~accepted)
@@ -214,8 +233,10 @@ class TopicReader:
         """The JVM path over ``frame`` (raw Kafka rows with ``ts_ms``): the output's columns."""
         return self.decoder(frame).select(*self.columns)
 
-    def _fast_table(self, raw: Any, out: FlatColumns, idx: np.ndarray, key: Any, value: Any) -> Any:
-        """The accepted rows ``idx`` of the fast path as the JVM path's table."""
+    def _fast_table(
+        self, raw: Any, out: FlatColumns | EventFields | MatchFields, idx: np.ndarray, key: Any, value: Any
+    ) -> Any:
+        """The accepted rows ``idx`` (ascending) of the fast path as the JVM path's table."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -234,11 +255,63 @@ class TopicReader:
             "bad_value": pa.nulls(m, pa.binary()),
         }
         schema = self.schema
-        for path, alias in FIELDS[self.topic]:
-            cols[alias] = out.arrow(path, idx, schema.field(alias).type)
+        if isinstance(out, EventFields):
+            cols.update(_event_columns(out, idx, schema))
+        elif isinstance(out, MatchFields):
+            cols.update(_match_columns(out, idx, schema))
+        else:
+            for path, alias in FIELDS[self.topic]:
+                cols[alias] = out.arrow(path, idx, schema.field(alias).type)
         if "raw_key" in schema.names:
             cols["raw_key"], cols["raw_value"] = key.take(take), value.take(take)
         return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
+
+
+def _event_columns(out: EventFields, idx: np.ndarray, schema: Any) -> dict[str, Any]:
+    """The ``FIELDS`` columns of the events topic at the accepted rows ``idx`` (ascending) of
+    ``decode_events``' output, typed as ``schema`` (the JVM path's) has them: the head fields, and
+    per map kind an Arrow map of the row's entries in wire order (empty for a row without any)."""
+    import pyarrow as pa
+
+    cols: dict[str, Any] = {"e_id": _strings(out, "event_id", idx), "e_publisher": _strings(out, "publisher_id", idx)}
+    cols["e_at"] = pa.array(out.longs("published_at")[idx], schema.field("e_at").type)
+    cols["e_lifetime"] = pa.array(out.longs("lifetime_ms")[idx], schema.field("e_lifetime").type)
+    for kind in VALUE_KINDS:
+        rows, names, values = out.attributes(kind)  # rows ascending: entries are in row order
+        keep = np.isin(rows, idx)  # rows accepted by the decoder whose key the JVM must read
+        if not keep.all():
+            rows, names, values = rows[keep], names.filter(pa.array(keep)), values[keep]
+        kind_type = schema.field(f"e_{kind}").type
+        offsets = np.append(np.searchsorted(rows, idx), len(rows)).astype(np.int32)
+        items = pa.array(values, kind_type.item_type)
+        cols[f"e_{kind}"] = pa.MapArray.from_arrays(pa.array(offsets), names.cast(kind_type.key_type), items).cast(
+            kind_type
+        )
+    return cols
+
+
+def _strings(out: EventFields | MatchFields, name: str, idx: np.ndarray) -> Any:
+    """String head field ``name`` of the rows ``idx`` as an Arrow string array."""
+    import pyarrow as pa
+
+    starts, lengths = out.string_span(name)
+    offsets, blob = gather_spans(out.data, starts[idx], lengths[idx])
+    return pa.Array.from_buffers(pa.string(), len(idx), [None, pa.py_buffer(offsets), pa.py_buffer(blob)])
+
+
+def _match_columns(out: MatchFields, idx: np.ndarray, schema: Any) -> dict[str, Any]:
+    """The ``FIELDS`` columns of the matches topic at the accepted rows ``idx`` of
+    ``decode_matches``' output, typed as ``schema`` (the JVM path's) has them."""
+    import pyarrow as pa
+
+    lists, ids = out.ids(idx)
+    kind = schema.field("m_subscriptions").type
+    return {
+        "m_event": _strings(out, "event_id", idx),
+        "m_publisher": _strings(out, "publisher_id", idx),
+        "m_at": pa.array(out.published_at()[idx], schema.field("m_at").type),
+        "m_subscriptions": pa.ListArray.from_arrays(pa.array(lists), ids).cast(kind),
+    }
 
 
 @dataclass

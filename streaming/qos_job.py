@@ -7,14 +7,15 @@ subscribers' wishes), and the events, link telemetry, broker telemetry and recei
 ``foreachBatch`` collects the batch's raw Kafka rows once (one Arrow table), then:
 
 1. decodes and validates each topic's rows (``streaming.driver_batch.TopicReader``): the
-   telemetry and the receipts, the bulk of the records, by the columnar fast path
-   (``schemas.columnar``), the other topics (and any record that path refers) in the JVM
+   telemetry, the receipts and the events, the bulk of the records, by the columnar fast paths
+   (``schemas.columnar``), the other topics (and any record those paths refer) in the JVM
    (``streaming.decode.TopicDecoder``), into one Arrow table per topic: the fields the monitor
    reads for good records, raw key and value for rejected ones;
 2. hands the good rows to the driver's :class:`routing.monitors.qos.QosMonitor`: topology and
-   subscription changes first (in partition/offset order), then events (matched against the live
-   subscriptions for the denominator of R_s, and counted for each publisher's content mix), link
-   and broker samples, and receipts, all as numpy columns;
+   subscription changes first (in partition/offset order), then events (their attribute maps as
+   ``EventBatch`` columns: matched against the live subscriptions for the denominator of R_s, and
+   counted for each publisher's content mix), link and broker samples, and receipts, all as numpy
+   columns;
 3. moves the monitor's clock to the watermark (the largest time seen in the telemetry, minus
    ``lateness_ms``) and, for every update period that ended (default 10 s), writes one
    ``QosReport`` per subscriber and per broker (key ``<kind>:<id>``), with alerts;
@@ -46,6 +47,7 @@ from infra.connection import KafkaConnection
 from routing.monitors.qos import QosMonitor, QosMonitorConfig
 from routing.reliability.estimation import EstimationConfig
 from schemas.codec import codec_for
+from schemas.rules import VALUE_KINDS
 from schemas.topics import (
     BROKER_TELEMETRY_TOPIC,
     EVENTS_TOPIC,
@@ -56,6 +58,7 @@ from schemas.topics import (
     TOPICS,
     TOPOLOGY_TOPIC,
 )
+from streaming.arrow_matching import event_batch
 from streaming.driver_batch import (
     BatchStats,
     DriverBatch,
@@ -140,17 +143,6 @@ class QosConfig:
         return QosMonitorConfig(update_period_ms=self.update_period_ms, estimation=estimation, model=self.model)
 
 
-def _attributes(table: Any, rows: np.ndarray) -> list[dict[str, object]]:
-    """Per event row, its attributes as one mapping (the four typed maps merged)."""
-    out: list[dict[str, object]] = [{} for _ in rows]
-    for kind in ("longs", "doubles", "strings", "booleans"):
-        col = table.column(f"e_{kind}").take(rows).to_pylist()
-        for i, entries in enumerate(col):
-            if entries:
-                out[i].update(entries)
-    return out
-
-
 class QosBatch(DriverBatch):
     """The ``foreachBatch`` function: feeds the monitor and writes reports and dead letters."""
 
@@ -211,7 +203,9 @@ class QosBatch(DriverBatch):
                 col(table, "e_publisher", idx).tolist(),
                 at,
                 col(table, "e_lifetime", idx).astype(np.float64),
-                _attributes(table, idx),
+                event_batch(
+                    {kind: table.column(f"e_{kind}").take(idx).combine_chunks() for kind in VALUE_KINDS}, len(idx)
+                ),
             )
             times.append(float(at.max()))
         table, idx = good(LINK_TELEMETRY_TOPIC)

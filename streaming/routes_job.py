@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from infra.connection import KafkaConnection
 from routing.matching.table import plan_change
@@ -142,10 +143,14 @@ class RoutesBatch(DriverBatch):
         stats.records[MATCHES_TOPIC] = len(idx)
         if len(idx):
             at = column(table, "m_at", idx).astype(np.float64)
-            planner.add_matches(
+            lists = table.column("m_subscriptions").take(idx).combine_chunks()
+            ids = pc.dictionary_encode(lists.flatten())  # each distinct id once, as Python text
+            planner.add_match_columns(
                 column(table, "m_publisher", idx).astype(str).tolist(),
-                at.tolist(),
-                table.column("m_subscriptions").take(idx).to_pylist(),
+                at,
+                np.asarray(pc.fill_null(lists.value_lengths(), 0).to_numpy(zero_copy_only=False), dtype=np.int64),
+                ids.dictionary.to_pylist(),
+                np.asarray(ids.indices.to_numpy(zero_copy_only=False), dtype=np.int64),
             )
             times.append(float(at.max()))
         table = tables[LINK_TELEMETRY_TOPIC]

@@ -1,5 +1,5 @@
-"""The driver jobs' fast path for flat telemetry (``TopicReader`` with ``schemas.columnar``)
-against their JVM path: the same Arrow table, good rows and dead-letter rows alike."""
+"""The driver jobs' fast paths (``TopicReader`` with ``schemas.columnar``: flat telemetry, and
+events) against their JVM path: the same Arrow table, good rows and dead-letter rows alike."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.spark
 
 LINKS = "siftstream.telemetry.links.v1"
 BROKERS = "siftstream.telemetry.brokers.v1"
+EVENTS = "siftstream.events.v1"
 
 
 def _values(n_good: int, seed: int) -> list[tuple[str, bytes | None, bytes | None]]:
@@ -110,7 +111,91 @@ def test_fast_path_gives_the_jvm_table(spark: Any, raw: bool) -> None:
         assert reader.collect(batch.slice(0, 0)).schema == want.schema
 
 
+def _events(seed: int) -> list[tuple[str, bytes | None, bytes | None]]:
+    """(topic, key, value): good events of every attribute kind (none, one, several maps; odd
+    doubles; text), and bad ones of every fault kind, bad names, a tombstone, a non-ASCII key."""
+    from producers.events import EventGenerator
+    from producers.faults import FAULTS, corrupt
+
+    rng = random.Random(seed)
+    codec = codec_for("Event")
+    events = EventGenerator(publishers=4, seed=seed).batch(200, 1_700_000_000_000)
+    events[0] = {**events[0], "attributes": {}}
+    events[1] = {**events[1], "attributes": {"x": 1, "p": -0.0, "big": 2**62, "s": "IBM", "ok": False}}
+    events[2] = {**events[2], "attributes": {"d": 2.5, "t": "caf\u00e9", "e": ""}}
+    out: list[tuple[str, bytes | None, bytes | None]] = [
+        (EVENTS, str(e["publisher_id"]).encode(), codec.encode(e)) for e in events[:180]
+    ]
+    for i, kind in enumerate(sorted(FAULTS) * 2):
+        out.append((EVENTS, b"f", corrupt(kind, rng, events[180 + i % 20])[0]))
+    for extra in ({"a\x01b": 1}, {"\u00e9": 1}, {"1a": 1}, {"a b": 1}):
+        out.append((EVENTS, b"n", codec.encode({**events[3], "attributes": {**events[3]["attributes"], **extra}})))
+    out.append((EVENTS, b"t", None))
+    out.append((EVENTS, "k\u00e9".encode(), codec.encode(events[4])))  # good, its key for the JVM
+    rng.shuffle(out)
+    return out
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_event_fast_path_gives_the_jvm_table(spark: Any, raw: bool) -> None:
+    """Events decoded by the compiled pass (its referred rows by the JVM) give the JVM path's
+    table: head fields, the four attribute maps entry for entry, verdicts and dead-letter bytes."""
+    rows = _events(seed=11)
+    reader = TopicReader(spark, EVENTS, EVENTS, raw=raw)
+    assert reader.flat is None and reader.compiled is not None
+    batch = _raw(rows, EVENTS)
+    got = reader.collect(batch)
+    want = reader.decoded(batch)
+    assert got.schema == want.schema
+    maps = [f"e_{kind}" for kind in ("longs", "doubles", "strings", "booleans")]
+
+    def entries(v: list[tuple[str, Any]]) -> list[tuple[str, Any]]:  # order is not content; NaN spelled out
+        return sorted((k, "NaN" if isinstance(x, float) and math.isnan(x) else x) for k, x in v)
+
+    def as_mappings(table: Any) -> list[dict[str, Any]]:
+        return [{k: entries(v) if k in maps and v is not None else v for k, v in r.items()} for r in _sorted(table)]
+
+    assert as_mappings(got) == as_mappings(want)
+    found = want.to_pylist()
+    assert sum(r["error_code"] is None for r in found) == 181
+    assert any(sorted(r["e_strings"] or []) == [("e", ""), ("t", "caf\u00e9")] for r in found)
+    assert reader.collect(batch.slice(0, 0)).schema == want.schema
+
+
 def test_table_topics_and_rich_records_keep_the_jvm_path(spark: Any) -> None:
     assert TopicReader(spark, "siftstream.events.v1", "e").flat is None
+    assert TopicReader(spark, "siftstream.topology.v1", "t").compiled is None
     assert TopicReader(spark, "siftstream.topology.v1", "t").flat is None
     assert TopicReader(spark, "siftstream.receipts.v1", "r").flat is not None
+
+
+MATCHES = "siftstream.matches.v1"
+
+
+def test_match_fast_path_gives_the_jvm_table(spark: Any) -> None:
+    """Match records decoded by the compiled pass (its referred rows by the JVM) give the JVM
+    path's table: lists of every length (none, one, many, in several blocks' worth), text the
+    fast path refers, damaged bytes, a tombstone, another record."""
+    rng = random.Random(13)
+    codec = codec_for("Match")
+    rows: list[tuple[str, bytes | None, bytes | None]] = []
+    for i in range(300):
+        ids = sorted(f"g{rng.randrange(10_000)}" for _ in range(rng.choice([0, 1, 3, 23, 200])))
+        rec = {"event_id": f"s{i}", "publisher_id": f"gp{i % 8}", "published_at": 1_795_000_000_000 + i}
+        rows.append((MATCHES, f"s{i}".encode(), codec.encode({**rec, "subscription_ids": ids})))
+    good = codec.encode({"event_id": "e", "publisher_id": "p", "published_at": 1, "subscription_ids": ["a", "b"]})
+    odd = {"event_id": "\u00e9", "publisher_id": "", "published_at": -3, "subscription_ids": ["x\u00df", ""]}
+    rows += [(MATCHES, b"m", v) for v in (codec.encode(odd), good[:-2], good[:3], good + b"\x00", None)]
+    rows.append((MATCHES, b"r", codec_for("Receipt").encode({"subscriber_id": "u", "event_id": "e", "received_at": 1})))
+    rows.append((MATCHES, "k\u00e9".encode(), good))
+    rng.shuffle(rows)
+    reader = TopicReader(spark, MATCHES, MATCHES)
+    assert reader.flat is None and reader.compiled is not None
+    batch = _raw(rows, MATCHES)
+    got = reader.collect(batch)
+    want = reader.decoded(batch)
+    assert got.schema == want.schema
+    assert _sorted(got) == _sorted(want)
+    found = want.to_pylist()
+    assert sum(r["error_code"] is None for r in found) >= 302  # the 300, the odd text, the odd key
+    assert max(len(r["m_subscriptions"] or []) for r in found) == 200
