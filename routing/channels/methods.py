@@ -45,7 +45,14 @@ from scipy.sparse import linalg as sparse_linalg
 from routing.channels.instance import Domain, ExactLimitError
 from routing.channels.kernels import approx_merges
 from routing.channels.kmeans import RESTARTS, kmeans, kmeans_weighted
-from routing.channels.similarity import csr_of, distinct_windows, isolated, nonzero_of, recent_windows
+from routing.channels.similarity import (
+    csr_of,
+    distinct_windows,
+    first_appearance,
+    isolated,
+    nonzero_of,
+    recent_windows,
+)
 from routing.matching.language import Filter
 
 __all__ = [
@@ -140,9 +147,7 @@ def flooding(n: int) -> Labels:
 
 def _distinct_rows(hits: BoolMatrix) -> tuple[BoolMatrix, Labels]:
     """The distinct match sets (first-appearance order) and each subscription's index among them."""
-    keys: dict[bytes, int] = {}
-    packed = np.packbits(hits, axis=1)
-    which = np.fromiter((keys.setdefault(row.tobytes(), len(keys)) for row in packed), dtype=np.int64, count=len(hits))
+    which = first_appearance(hits)
     firsts = np.unique(which, return_index=True)[1] if len(which) else np.zeros(0, dtype=np.int64)
     return hits[firsts], which
 

@@ -30,6 +30,7 @@ from scipy import sparse
 __all__ = [
     "csr_of",
     "distinct_windows",
+    "first_appearance",
     "isolated",
     "jaccard",
     "jaccard_by_sets",
@@ -112,14 +113,30 @@ def distinct_windows(windows: BoolMatrix) -> tuple[BoolMatrix, npt.NDArray[np.in
     >>> rows.astype(int).tolist(), which.tolist(), count.tolist()
     ([[1, 0], [0, 1]], [0, 1, 0], [2, 1])
     """
-    keys: dict[bytes, int] = {}
-    which = np.fromiter(
-        (keys.setdefault(row.tobytes(), len(keys)) for row in np.packbits(windows, axis=1)),
-        dtype=np.int64,
-        count=len(windows),
-    )
+    which = first_appearance(windows)
     firsts = np.unique(which, return_index=True)[1]
     return windows[firsts], which, np.bincount(which, minlength=len(firsts)).astype(np.int64)
+
+
+def first_appearance(rows: BoolMatrix) -> npt.NDArray[np.int64]:
+    """Each row's index among the distinct rows of ``rows``, numbered in order of first appearance.
+
+    The rows are packed to bytes and sorted as opaque keys (``np.unique``, whose stable sort
+    keeps each key's first row), so no Python step runs per row.
+
+    >>> first_appearance(np.array([[0, 1], [1, 0], [0, 1], [0, 0]], dtype=bool)).tolist()
+    [0, 1, 0, 2]
+    """
+    if len(rows) == 0:
+        return np.zeros(0, dtype=np.int64)
+    packed = np.ascontiguousarray(np.packbits(rows, axis=1))
+    if packed.shape[1] == 0:  # no columns: every row is the empty one
+        return np.zeros(len(rows), dtype=np.int64)
+    keys = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[np.asarray(inverse).reshape(-1)]
 
 
 def jaccard_sparse(windows: BoolMatrix) -> sparse.csr_matrix:

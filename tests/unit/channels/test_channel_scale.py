@@ -303,3 +303,16 @@ def test_recluster_refuses_dense_similarity_methods_beyond_the_limit(monkeypatch
         recluster(hits, ids, 3, "kmeans")
     _, chosen = recluster(hits, ids, 3, "auto", budget_ms=10**9)
     assert chosen not in ("kmeans", "spectral-rassoc")
+
+
+@settings(max_examples=150, deadline=None)
+@given(hit_matrices)
+def test_first_appearance_numbers_distinct_rows_as_a_dict_of_their_bytes_does(rows: list[list[bool]]) -> None:
+    from routing.channels.similarity import first_appearance
+
+    hits = np.array(rows, dtype=bool)
+    keys: dict[bytes, int] = {}
+    plain = [keys.setdefault(row.tobytes(), len(keys)) for row in hits]  # the twin: one dict step per row
+    assert first_appearance(hits).tolist() == plain
+    assert first_appearance(hits[:, :0]).tolist() == [0] * len(hits)
+    assert first_appearance(hits[:0]).tolist() == []
