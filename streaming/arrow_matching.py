@@ -118,7 +118,7 @@ class ShipState:
         A folder on the workers' disk for compiled indexes (``MatchIndex`` replicas only;
         ``streaming.subscription_store.CompiledIndexFolder``): a new worker loads the latest one
         instead of compiling every filter of the snapshot, and a worker that built its index
-        saves it there. None: every new worker compiles the snapshot.
+        saves it there once its task's rows are out. None: every new worker compiles the snapshot.
     """
 
     job: str
@@ -232,3 +232,5 @@ def match_batches(ship: ShipState, targets: Targets, batches: Iterator[pa.Record
                 )
             )
         yield from out
+    if replica is not None:  # the task's rows are out: now a compiled index that is due (compiled_dir)
+        replica.save_compiled()

@@ -262,7 +262,8 @@ class IndexReplica:
         Where compiled indexes are kept (``MatchIndex`` replicas only). A new replica loads the
         latest one and applies what differs between the texts it holds and the snapshot, instead
         of compiling every filter; a replica that built its index from a snapshot (not empty),
-        or reached a snapshot by applying at least ``save_min`` changes, saves its index there.
+        or reached a snapshot by applying at least ``save_min`` changes, saves its index there
+        at the next ``save_compiled``.
     save_min : int
         See ``compiled``.
     build_chunk : int
@@ -301,6 +302,7 @@ class IndexReplica:
         self.rebuilds = 0
         self.compiled_loads = 0
         self.compiled_saves = 0
+        self._save_due = False
 
     @property
     def index(self) -> MatchIndex | BruteForceIndex:
@@ -364,9 +366,7 @@ class IndexReplica:
                 self._filters, self._version = base, base_version
                 self.rebuilds += 1
                 saves = (built and len(base) > 0) or applied >= self._save_min
-                if self._compiled is not None and saves and isinstance(self._index, MatchIndex):
-                    self._compiled.save(self._index, base, base_version)
-                    self.compiled_saves += 1
+                self._save_due = saves and self._compiled is not None and isinstance(self._index, MatchIndex)
             current = cast(int, self._version)
             filters = self._filters
             changes: list[tuple[str, str | None]] = []
@@ -383,3 +383,15 @@ class IndexReplica:
                 raise ValueError(f"the deltas reach version {current}, not {version}: some are missing")
             self._index.apply(changes)
             self._version = version
+
+    def save_compiled(self) -> bool:
+        """Save the index, with the texts it holds and its version, to the compiled store when a
+        ``sync`` made that due (see ``compiled``); return whether it saved. Separate from ``sync``
+        so that a caller can answer first (the matching job's workers save once a task's rows
+        are out); a save left due is made by a later call, of the state then."""
+        if not self._save_due or self._compiled is None or self._version is None:
+            return False
+        self._compiled.save(cast(MatchIndex, self._index), self._filters, self._version)
+        self._save_due = False
+        self.compiled_saves += 1
+        return True

@@ -149,6 +149,8 @@ def test_a_new_replica_loads_the_saved_index_and_applies_only_what_differs(tmp_p
     first = IndexReplica(compiled=folder, save_min=1)
     snapshot = dict(table.filters)
     first.sync(table.version, lambda: snapshot.items(), (), table.version)
+    assert first.compiled_saves == 0 and not list(folder.folder.glob("*.npz"))  # saved when asked
+    assert first.save_compiled() and not first.save_compiled()  # once
     assert first.compiled_loads == 0 and first.compiled_saves == 1
     # a later run: the table moved on and rebased; a new replica starts from the saved index
     table.apply([("s1", None), ("s2", "x < 0"), ("n", "x = 5")])
@@ -157,7 +159,8 @@ def test_a_new_replica_loads_the_saved_index_and_applies_only_what_differs(tmp_p
     table.apply([("s3", None)])
     second = IndexReplica(compiled=folder, save_min=100)
     second.sync(table.base_version, lambda: snapshot.items(), table.deltas(), table.version)
-    assert second.compiled_loads == 1 and second.compiled_saves == 0  # 3 differences < save_min
+    assert not second.save_compiled()  # 3 differences < save_min
+    assert second.compiled_loads == 1 and second.compiled_saves == 0
     oracle = BruteForceIndex()
     oracle.apply(table.filters.items())
     events = [{"x": x, "name": "air"} for x in (-1, 2, 5, 12, 30, 70)]
@@ -193,6 +196,7 @@ def test_a_replica_that_loads_applies_the_difference_in_one_batch(tmp_path: Path
 
     replica = IndexReplica(compiled=Spy())
     replica.sync(5, lambda: [("a", "x > 1"), ("b", "y = 'r'"), ("d", "w exists")], (), 5)
+    assert not replica.save_compiled()
     assert sorted(sorted(batch) for batch in applied if batch) == [[("b", "y = 'r'"), ("c", None), ("d", "w exists")]]
     assert replica.index.match([{"x": 2, "y": "r", "z": 1, "w": 0}]).all_ids() == [["a", "b", "d"]]
 
