@@ -343,10 +343,11 @@ class RoutePlanner:
                 pairs.add(edge)
         rates: dict[str, float] = {}
         for key in self._rates.keys():  # noqa: SIM118 (a RollingWindow, not a dict)
-            pub = key.split("|", 1)[0]
-            counted = self._rates.query(key, end_ms)
-            rate = (counted.count if counted is not None else 0) / window_s
-            if rate > self.config.min_rate_per_s and rate > 0 and roles.get(pub) == "publisher":
+            if roles.get(key.split("|", 1)[0]) != "publisher":
+                continue
+            # the window's count: the buckets' counts summed (what their merge would count)
+            rate = sum(item.count for _b, item in self._rates.items(key, end_ms)) / window_s
+            if rate > self.config.min_rate_per_s and rate > 0:
                 rates[key] = rate
         by_filter: dict[str, list[str]] = {}
         for key in rates:
