@@ -774,7 +774,10 @@ class TelemetryEstimator:
             found[found] = r_key[pos[found]] == pair[found]
             first_at[found] = r_at[pos[found]]
             on_time = first_at <= deadline[slot]
-            self._counters["unmatched_receipts"] += int(np.count_nonzero(~np.isin(r_key, pair)))
+            hit = np.searchsorted(pair, r_key)  # pair is sorted and distinct
+            matched = hit < len(pair)
+            matched[matched] = pair[hit[matched]] == r_key[matched]
+            self._counters["unmatched_receipts"] += int(np.count_nonzero(~matched))
             for code, rows in _groups(sub):
                 self._sub_outcome.add(self._sub_id[int(code)], deadline[slot[rows]], on_time[rows])
             self._ev_resolved |= due

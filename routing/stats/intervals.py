@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -35,6 +36,13 @@ from scipy import stats
 __all__ = ["batch_means_interval", "wilson_interval"]
 
 _WILSON_LEVEL = 0.90  # docs/reference/qos-predict.md: reliability_low/high form a 90% interval
+
+
+@functools.cache
+def _normal_quantile(q: float) -> float:
+    """The standard normal quantile of ``q`` (scipy's ``norm.ppf``), kept per ``q``: callers
+    ask for one level thousands of times a report."""
+    return float(stats.norm.ppf(q))
 
 
 def wilson_interval(
@@ -69,7 +77,7 @@ def wilson_interval(
     if trials <= 0:
         low, high = 0.0, 1.0
     else:
-        z = float(stats.norm.ppf(0.5 + level / 2.0))
+        z = _normal_quantile(0.5 + level / 2.0)
         p = successes / trials
         z2n = z * z / trials
         center = (p + z2n / 2.0) / (1.0 + z2n)
