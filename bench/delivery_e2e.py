@@ -28,7 +28,8 @@ client received exactly the events the reader kept for its subscription (which, 
 equal, are the events whose ``Match`` names it).
 
 Run: ``.venv/bin/python bench/delivery_e2e.py [--subscriptions 100000] [--decay 0.88] [--k 32]
-[--rate 10000] [--seconds 60] [--warmup 20] [--clients 4] [--quick]``. Readings:
+[--rate 10000] [--seconds 60] [--warmup 20] [--clients 4] [--quick]``; ``--worker-steps 6000`` times
+only the workers' side in this process (``worker_steps``). Readings:
 docs/results/delivery.md.
 """
 
@@ -364,6 +365,83 @@ def _format_breakdown(b: dict[str, Any]) -> str:
     )
 
 
+def worker_steps(subscriptions: int, decay: float, k: int, batch: int, batches: int) -> dict[str, Any]:
+    """The matching job's worker side alone, in this process (no Spark, no Kafka): what
+    ``streaming.arrow_matching.match_batches`` does per Arrow batch of ``batch`` events with
+    delivery to ``k`` channels, split into its steps as the job's stats split them (CPU ms per
+    1,000 events, the best of ``batches`` batches of the workload, after one to warm up). The
+    channels are a ``spectral-ncut`` plan of the subscriptions' matches on 2,000 events, as the
+    channels job re-clusters (the same method and sample size)."""
+    import dataclasses
+
+    import pyarrow as pa
+    from scipy import sparse
+
+    from routing.channels.planner import recluster
+    from routing.matching.index import EventBatch
+    from routing.matching.table import SubscriptionTable
+    from schemas.event_records import decode_rows
+    from schemas.match_records import Targets
+    from streaming.arrow_matching import INPUT_COLUMNS, DeliveryShip, ShipState, match_batches, replica_for
+
+    class Held:  # what a Spark broadcast gives a worker
+        def __init__(self, value: Any) -> None:
+            self.value = value
+
+    class Steps:  # the accumulator's part: the last batch's ShipState.counters tuple
+        def __init__(self) -> None:
+            self.last: tuple[float, ...] = ()
+
+        def add(self, value: tuple[float, ...]) -> None:
+            self.last = value
+
+    w = workload(subscriptions, decay)
+    table = SubscriptionTable()
+    table.apply((s["subscription_id"], s["filter"]) for s in w.subscriptions())
+    table.snapshot()
+    base = ShipState("bench", "match", table.version, Held(dict(table.filters)), (), table.version)
+    index = replica_for(base).index
+    sample = decode_rows(pa.array(list(w.columns(2000).avro()), pa.binary()))
+    offsets, ranks, by_rank = index.match(EventBatch.from_columns(2000, sample.columns())).sorted_ranks()
+    rows = np.repeat(np.arange(2000), np.diff(offsets))
+    hits = sparse.csr_matrix((np.ones(len(ranks), bool), (ranks, rows)), shape=(len(by_rank), 2000))
+    labels, _ = recluster(hits, tuple(by_rank.tolist()), k, "spectral-ncut")
+    members = dict(zip(by_rank.tolist(), labels.tolist(), strict=True))
+    steps = Steps()
+    ship = dataclasses.replace(
+        base, counters=steps, delivery=DeliveryShip(1, tuple(f"c{c}" for c in range(k)), Held(members))
+    )
+    targets = Targets("events", "matches", "deadletter")
+    rates: list[tuple[float, ...]] = []
+    for i in range(batches + 1):
+        cols = w.columns(batch)
+        values, keys = pa.array(list(cols.avro()), pa.binary()), pa.array(list(cols.keys()), pa.binary())
+        n = len(values)
+        ts = pa.array(np.full(n, int(time.time() * 1e6)), pa.timestamp("us"))
+        rb = pa.RecordBatch.from_arrays(
+            [keys, values, pa.array(np.zeros(n, np.int32)), pa.array(np.arange(n) + i * n), ts], list(INPUT_COLUMNS)
+        )
+        cpu = time.process_time()
+        out = list(match_batches(ship, targets, iter([rb])))
+        cpu = time.process_time() - cpu
+        if i:  # the first batch warms up (the ids' strings and channels are kept per index version)
+            split = steps.last[5:9] if len(steps.last) >= 9 else (float("nan"),) * 4  # older commits: no split
+            rates.append((1000 * cpu, *split, steps.last[3], sum(o.nbytes for o in out)))
+    best = min(rates)
+    per_k = 1000 / batch
+    return {
+        "batch": batch,
+        "cpu_ms_per_1000_events": best[0] * per_k,
+        "decode": best[1] * per_k,
+        "match": best[2] * per_k,
+        "encode": best[3] * per_k,
+        "deliver": best[4] * per_k,
+        "channel_pairs_per_event": best[5] / batch,
+        "output_bytes_per_event": best[6] / batch,
+        "events_per_cpu_s": 1000 * batch / best[0],
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subscriptions", type=int, default=100_000)
@@ -383,12 +461,31 @@ def main() -> int:
         "--method", default=JOB_METHOD, help="channels job: re-clustering method (default: the job's, %(default)s)"
     )
     ap.add_argument("--quick", action="store_true", help="5k subscriptions, 2,000 events/s for 15 s")
+    ap.add_argument(
+        "--worker-steps",
+        type=int,
+        metavar="EVENTS",
+        help="only time the workers' side in this process, in batches of EVENTS events (worker_steps)",
+    )
     ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting a broker")
     ap.add_argument("--verbose", action="store_true", help="print the jobs' per-batch lines")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
     if args.quick:
         args.subscriptions, args.rate, args.seconds, args.warmup = 5_000, 2_000, 15, 5
+    if args.worker_steps:
+        r = worker_steps(args.subscriptions, args.decay, args.k, args.worker_steps, 5)
+        print(
+            f"workers' side in-process: Gryphon, {args.subscriptions:,} subscriptions, decay {args.decay}, K = "
+            f"{args.k} (a spectral-ncut plan), batches of {r['batch']:,} events, best of 5 (CPU): "
+            f"{r['events_per_cpu_s']:,.0f} events per CPU second; per 1,000 events "
+            f"{r['cpu_ms_per_1000_events']:.1f} ms "
+            f"(decode {r['decode']:.1f}, match {r['match']:.1f}, encode {r['encode']:.1f}, deliver "
+            f"{r['deliver']:.1f} ms wall); {r['channel_pairs_per_event']:.1f} channels and "
+            f"{r['output_bytes_per_event']:,.0f} output bytes per event",
+            flush=True,
+        )
+        return 0
     from routing.monitors import ChannelMonitorConfig
     from streaming.channels_job import ChannelsConfig
     from streaming.channels_job import build_query as channels_query
