@@ -472,7 +472,10 @@ def spectral_ncut_sparse(
     nonempty = np.flatnonzero(size > 0)  # the empty window is isolated: left out of the graph
     r = csr_of(rows[nonempty], np.float64)
     a = sparse.csr_matrix(r @ r.T)  # |R_g ∩ R_h|, the diagonal |R_g|
-    a.sort_indices()
+    # sorted column indices from one counting pass: the CSC arrays of a symmetric matrix are its
+    # CSR arrays, each row's columns in order (the counts are integers, equal both ways)
+    t = a.tocsc()
+    a = sparse.csr_matrix((t.data, t.indices, t.indptr), shape=a.shape)
     kept = size[nonempty]
     row_of = np.repeat(np.arange(len(nonempty)), np.diff(a.indptr))
     a.data = a.data / (kept[row_of] + kept[a.indices] - a.data)  # J, and 1 on the diagonal
