@@ -93,16 +93,13 @@ SPARSE_NCUT_FROM = 2000
 
 RECLUSTER_RESTARTS = 1
 """k-means restarts of ``spectral-ncut`` in :func:`recluster` from :data:`SPARSE_NCUT_FROM` subscriptions
-(the channels job's re-clustering), where ``siftstream plan channels`` keeps the contract's 10. The
-restarts are kept by within-cluster sum of squares, which does not follow the plans' false
-positives at the job's sizes: the best of 10 had no fewer than the first alone, on the sample or on
-the events after it, and cost most of k-means' time (docs/decisions/channels-recluster-at-scale.md)."""
+(the channels job's re-clustering); ``siftstream plan channels`` keeps the contract's 10 (§4.1).
+Why one: docs/decisions/channels-recluster-at-scale.md."""
 
 RECLUSTER_EIGEN_TOL = 1e-4
 """``eigsh``'s relative tolerance for ``spectral-ncut`` in :func:`recluster` from :data:`SPARSE_NCUT_FROM`
 subscriptions (``siftstream plan channels``: 0, machine precision). k-means on the unit rows sees only
-the span of the K eigenvectors, which this tolerance leaves as the converged one's (principal cosines
-1.00000 to five digits at 32,000 subscriptions) with ~15% fewer products."""
+the span of the K eigenvectors, which this tolerance keeps (docs/decisions/channels-recluster-at-scale.md)."""
 
 DENSE_SIMILARITY_LIMIT = 8000
 """:func:`recluster` refuses ``kmeans``, ``spectral-rassoc`` (which need the dense N x N J, 8 N² bytes
