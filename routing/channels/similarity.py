@@ -47,8 +47,8 @@ FloatMatrix = npt.NDArray[np.float64]
 def nonzero_of(hits: BoolMatrix) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """``np.nonzero(hits)`` of a 2-D bool matrix (rows, then columns, in row-major order), from the
     8-byte words that hold a True: a match matrix is mostly False, and numpy's scan of every element
-    costs many times the scan of its words (docs/decisions/channels-recluster-at-scale.md). A matrix whose size is not a
-    multiple of 8 takes ``np.nonzero``.
+    costs many times the scan of its words (docs/decisions/channels-recluster-at-scale.md). A matrix
+    whose size is not a multiple of 8 takes ``np.nonzero``.
 
     >>> [v.tolist() for v in nonzero_of(np.array([[0, 1, 0], [1, 0, 1]], dtype=bool))]
     [[0, 1, 1], [1, 0, 2]]
