@@ -31,7 +31,7 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -178,6 +178,20 @@ class Moments:
             "n": np.array([self._n], dtype=np.int64),
             "sums": np.array([self._mean, self._m2, self._m3], dtype=np.float64),
         }
+
+    @staticmethod
+    def stacked_states(items: Sequence[Moments]) -> State:
+        """The ``to_state`` arrays of ``items`` end to end (``RollingWindow.to_state``'s layout),
+        in one pass rather than two small arrays per item.
+
+        >>> a, b = Moments(), Moments()
+        >>> a.add([1.0, 3.0])
+        >>> {k: v.tolist() for k, v in Moments.stacked_states([a, b]).items()}
+        {'n': [2, 0], 'sums': [2.0, 2.0, 0.0, 0.0, 0.0, 0.0]}
+        """
+        n = np.fromiter((m._n for m in items), dtype=np.int64, count=len(items))
+        sums = np.array([(m._mean, m._m2, m._m3) for m in items], dtype=np.float64).reshape(-1)
+        return {"n": n, "sums": sums}
 
     @classmethod
     def from_state(cls, state: Mapping[str, NDArray[Any]]) -> Moments:

@@ -237,13 +237,28 @@ class RollingWindow(Generic[T]):
     def to_state(self) -> State:
         keys: list[str] = []
         bucket_ids: list[int] = []
-        parts: dict[str, list[NDArray[Any]]] = {}
+        items: list[T] = []
         for key in sorted(self._data):
             for b, item in sorted(self._data[key].items()):
                 keys.append(key)
                 bucket_ids.append(b)
+                items.append(item)
+        stacked: State = {}
+        lengths: dict[str, NDArray[np.int64]] = {}
+        stack = getattr(type(items[0]), "stacked_states", None) if items else None
+        if stack is not None and all(type(item) is type(items[0]) for item in items):
+            # the summaries' arrays at once (Moments: one row of numbers each), the same layout
+            stacked = stack(items)
+            for name, arr in stacked.items():
+                lengths[name] = np.full(len(items), len(arr) // len(items), dtype=np.int64)
+        else:
+            parts: dict[str, list[NDArray[Any]]] = {}
+            for item in items:
                 for name, arr in item.to_state().items():
                     parts.setdefault(name, []).append(np.asarray(arr).reshape(-1))
+            for name, arrays in parts.items():
+                stacked[name] = np.concatenate(arrays)
+                lengths[name] = np.array([len(a) for a in arrays], dtype=np.int64)
         state: State = {
             "config": np.array(
                 [
@@ -259,9 +274,9 @@ class RollingWindow(Generic[T]):
             "keys": string_array(keys),
             "bucket": np.array(bucket_ids, dtype=np.int64),
         }
-        for name, arrays in parts.items():
-            state[f"item.{name}"] = np.concatenate(arrays)
-            state[f"len.{name}"] = np.array([len(a) for a in arrays], dtype=np.int64)
+        for name, arr in stacked.items():
+            state[f"item.{name}"] = arr
+            state[f"len.{name}"] = lengths[name]
         return state
 
     @classmethod
