@@ -144,6 +144,18 @@ def _varint(data: NDArray[np.uint8], pos: int, end: int, max_bytes: int) -> tupl
 
 
 @numba.njit(cache=True, nogil=True)
+def _block(data: NDArray[np.uint8], pos: int, end: int) -> tuple[int, int, bool]:
+    """The item count of the Avro array or map block at ``pos`` (0: the end of the items; a
+    negative count is followed by the block's size in bytes, read and skipped): (count, next
+    position, ok)."""
+    count, pos, ok = _varint(data, pos, end, 10)
+    if ok and count < 0:
+        count = -count
+        _, pos, ok = _varint(data, pos, end, 10)
+    return count, pos, ok
+
+
+@numba.njit(cache=True, nogil=True)
 def _body_start(data: NDArray[np.uint8], pos: int, end: int, header: NDArray[np.uint8]) -> int:
     """Where the body of the value ``data[pos:end]`` starts when it is framed with ``header``,
     else -1."""
@@ -559,18 +571,12 @@ def _decode_events(
         first = m
         for kind in range(4):
             while good:
-                count, pos, ok = _varint(data, pos, end, 10)
+                count, pos, ok = _block(data, pos, end)
                 if not ok:
                     good = False
                     break
                 if count == 0:
                     break
-                if count < 0:  # a block with its size in bytes
-                    count = -count
-                    _, pos, ok = _varint(data, pos, end, 10)
-                    if not ok:
-                        good = False
-                        break
                 for _e in range(count):
                     klen, pos, ok = _varint(data, pos, end, 10)
                     if not ok or klen < 0 or pos + klen > end or not _name_ok(data, pos, klen):
@@ -698,19 +704,8 @@ def decode_events(offsets: NDArray[Any], data: NDArray[np.uint8], valid: NDArray
     >>> rows.tolist(), names.to_pylist(), values.tolist()
     ([0], ['s'], ['IBM'])
     """
-    n = len(valid)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    valid = np.ascontiguousarray(valid, dtype=np.bool_)
-    header = np.frombuffer(codec_for("Event").header, dtype=np.uint8)
-    heads = np.zeros((6, n), dtype=np.int64)
-    accepted = np.zeros(n, dtype=np.bool_)
-    entries = np.empty((6, max(1, n * _EVENT_ROOM[0])), dtype=np.int64)
-    m = _decode_events(offsets, data, valid, header, heads, accepted, entries)
-    if m > entries.shape[1]:
-        _EVENT_ROOM[0] = -(-m // max(1, n))
-        entries = np.empty((6, m), dtype=np.int64)
-        m = _decode_events(offsets, data, valid, header, heads, accepted, entries)
-    return EventFields(data, accepted, heads, entries[:, :m])
+    accepted, heads, entries = _run_kernel(_decode_events, "Event", 6, 6, _EVENT_ROOM, offsets, data, valid)
+    return EventFields(data, accepted, heads, entries)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -761,18 +756,12 @@ def _decode_matches(
         heads[4, i] = value
         first = m
         while good:  # subscription_ids: blocks of strings
-            count, pos, ok = _varint(data, pos, end, 10)
+            count, pos, ok = _block(data, pos, end)
             if not ok:
                 good = False
                 break
             if count == 0:
                 break
-            if count < 0:  # a block with its size in bytes
-                count = -count
-                _, pos, ok = _varint(data, pos, end, 10)
-                if not ok:
-                    good = False
-                    break
             for _e in range(count):
                 length, pos, ok = _varint(data, pos, end, 10)
                 if not ok or length < 0 or pos + length > end or not _ascii_span(data, pos, length):
@@ -842,16 +831,33 @@ def decode_matches(offsets: NDArray[Any], data: NDArray[np.uint8], valid: NDArra
     >>> lists.tolist(), ids.to_pylist()
     ([0, 2, 2], ['s1', 's2'])
     """
+    accepted, heads, items = _run_kernel(_decode_matches, "Match", 7, 2, _MATCH_ROOM, offsets, data, valid)
+    return MatchFields(data, accepted, heads, items)
+
+
+def _run_kernel(
+    kernel: Any,
+    record: str,
+    head_rows: int,
+    item_rows: int,
+    room: list[int],
+    offsets: NDArray[Any],
+    data: NDArray[np.uint8],
+    valid: NDArray[np.bool_],
+) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.int64]]:
+    """Run a compiled decoder of ``record`` (``_decode_events``, ``_decode_matches``): its
+    verdicts, head rows and item rows. Room is made for ``room[0]`` items per value; when the
+    kernel reports more, ``room[0]`` grows to this batch's need and the kernel runs again."""
     n = len(valid)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     valid = np.ascontiguousarray(valid, dtype=np.bool_)
-    header = np.frombuffer(codec_for("Match").header, dtype=np.uint8)
-    heads = np.zeros((7, n), dtype=np.int64)
+    header = np.frombuffer(codec_for(record).header, dtype=np.uint8)
+    heads = np.zeros((head_rows, n), dtype=np.int64)
     accepted = np.zeros(n, dtype=np.bool_)
-    items = np.empty((2, max(1, n * _MATCH_ROOM[0])), dtype=np.int64)
-    m = _decode_matches(offsets, data, valid, header, heads, accepted, items)
+    items = np.empty((item_rows, max(1, n * room[0])), dtype=np.int64)
+    m = kernel(offsets, data, valid, header, heads, accepted, items)
     if m > items.shape[1]:
-        _MATCH_ROOM[0] = -(-m // max(1, n))
-        items = np.empty((2, m), dtype=np.int64)
-        m = _decode_matches(offsets, data, valid, header, heads, accepted, items)
-    return MatchFields(data, accepted, heads, items[:, :m])
+        room[0] = -(-m // max(1, n))
+        items = np.empty((item_rows, m), dtype=np.int64)
+        m = kernel(offsets, data, valid, header, heads, accepted, items)
+    return accepted, heads, items[:, :m]
