@@ -150,9 +150,9 @@ def replica_for(ship: ShipState) -> IndexReplica:
         while len(_REPLICAS) > _MAX_REPLICAS:
             _REPLICAS.popitem(last=False)
     _REPLICAS.move_to_end(ship.job)
-    # at the shipped version already (most batches: no subscription changed): no sync, which
-    # would apply an empty change list and so start a new index version, whose Matches rank the
-    # ids anew and whose by_rank array is new (the id strings and channels kept per by_rank with it)
+    # at the shipped version already (most batches: no subscription changed): nothing to sync, and
+    # the index keeps its version, so its Matches share one by_rank array (the id strings and
+    # channels kept per by_rank with it)
     if replica.version != ship.version:
         replica.sync(ship.base_version, lambda: ship.base.value.items(), ship.deltas, ship.version)
     return replica

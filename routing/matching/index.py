@@ -349,6 +349,8 @@ class MatchIndex:
         """
         with collector_paused():  # a bulk of small objects: docs/decisions/collector-paused.md
             staged = self._parse(changes)
+            if not staged and not self._queue:
+                return  # nothing changes: the index keeps its version (and its Matches' ranks)
             self._queue.update(staged)
             self._version += 1
             self._apply_queue()
@@ -373,6 +375,8 @@ class MatchIndex:
     def _enqueue(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
         """Queue changes (the last of each id wins), counting the subscriptions they leave."""
         staged = self._parse(changes)
+        if not staged:
+            return
         queue, slot_of = self._queue, self._slot_of
         live = self._n_subs
         for sid, filt in staged:

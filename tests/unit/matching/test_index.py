@@ -1097,3 +1097,18 @@ def test_listed_and_whole_row_paths_in_one_batch_while_summaries_change() -> Non
         index.add(f"more{i}", model[f"more{i}"])
     assert check(events(60))["listed"] > 0
     check([{"a0": 100 + i % 7, "a1": i % 3, "a2": i} for i in range(20)])
+
+
+def test_an_empty_change_list_keeps_the_index_version_and_its_ranks() -> None:
+    """Nothing to apply starts no new version: later Matches share by_rank with earlier ones (the
+    matching workers key their per-rank tables on it); a real change makes a new one."""
+    index = MatchIndex()
+    index.apply([("a", "x > 1"), ("b", "x > 0")])
+    first = index.match([{"x": 2}]).sorted_ranks()[2]
+    index.apply([])
+    index.apply(iter(()))
+    again = index.match([{"x": 2}])
+    assert again.sorted_ranks()[2] is first
+    assert again.all_ids() == [["a", "b"]]
+    index.apply([("c", "x > 5")])
+    assert index.match([{"x": 2}]).sorted_ranks()[2] is not first
