@@ -64,12 +64,22 @@ def in_sync(admin: AdminClient, topics: list[str]) -> bool:
     return all(len(p.isrs) == len(p.replicas) for t in topics if t in meta for p in meta[t].partitions.values())
 
 
-def create_topic_retrying(admin: AdminClient, topic: NewTopic, within_s: float) -> int:
+def fresh_admin(conn: KafkaConnection) -> AdminClient:
+    """An admin client that refreshes its metadata every second. A KRaft broker names a live broker
+    as the "controller" that admin requests go to, and librdkafka keeps the one it learnt (for five
+    minutes by default): named before the kill, it can be the killed node, and every request then
+    waits for it ("Failed while waiting for controller")."""
+    return AdminClient(conn.confluent(**{"topic.metadata.refresh.interval.ms": 1000}))
+
+
+def create_topic_retrying(conn: KafkaConnection, topic: NewTopic, within_s: float) -> int:
     """Create ``topic``, retrying a request that timed out (a controller request can time out
-    while the quorum notices the lost voter; Kafka's own clients retry it too) until ``within_s``;
-    a retry that finds the topic made by the timed-out request counts as done. Returns the retries."""
+    while the quorum notices the lost voter; Kafka's own clients retry it too) with a new admin
+    client each time (:func:`fresh_admin`) until ``within_s``; a retry that finds the topic made by
+    the timed-out request counts as done. Returns the retries."""
     deadline, retries = time.monotonic() + within_s, 0
     while True:
+        admin = fresh_admin(conn)
         try:
             for fut in admin.create_topics([topic], request_timeout=30).values():
                 fut.result(35)
@@ -112,7 +122,8 @@ def test_the_cluster_keeps_working_without_one_controller_voter(
     # metadata changes go through the controller quorum: a new topic (2 replicas: only two nodes
     # live) and a topic configuration change
     created = f"q{uuid.uuid4().hex[:8]}.created"
-    injected_retries = create_topic_retrying(admin, NewTopic(created, 1, 2), within_s=180.0)
+    injected_retries = create_topic_retrying(conn, NewTopic(created, 1, 2), within_s=180.0)
+    admin = fresh_admin(conn)
     resource = ConfigResource(
         "topic",
         topic,
