@@ -150,11 +150,7 @@ def replica_for(ship: ShipState) -> IndexReplica:
         while len(_REPLICAS) > _MAX_REPLICAS:
             _REPLICAS.popitem(last=False)
     _REPLICAS.move_to_end(ship.job)
-    # at the shipped version already (most batches: no subscription changed): nothing to sync, and
-    # the index keeps its version, so its Matches share one by_rank array (the id strings and
-    # channels kept per by_rank with it)
-    if replica.version != ship.version:
-        replica.sync(ship.base_version, lambda: ship.base.value.items(), ship.deltas, ship.version)
+    replica.sync(ship.base_version, lambda: ship.base.value.items(), ship.deltas, ship.version)
     return replica
 
 

@@ -339,6 +339,8 @@ class IndexReplica:
         version : int
             The version to reach.
         """
+        if self._version == version and base_version <= version:
+            return  # at the version already (most micro-batches): no delta to walk, nothing to apply
         rebuild = self._version is None or self._version < base_version or self._version > version
         with collector_paused(freeze=self._version is None and self._freeze_first_build):
             if rebuild:
