@@ -108,7 +108,6 @@ __all__ = [
 ]
 
 _log = logs.get("matching")
-EARLIEST = -2  # Spark's Kafka offsets JSON: -2 is the earliest offset
 
 
 @dataclass(frozen=True)
@@ -428,17 +427,12 @@ class MatchingBatch:
         """Decoded subscription records in ``[start, end)`` per partition (a missing start: the
         earliest offset), sorted by (partition, offset); None when there are none to read."""
         from streaming.decode import decode
+        from streaming.session import kafka_range
 
-        parts = sorted(p for p, o in end.items() if start.get(p, EARLIEST) != o and o > 0)
-        if not parts:
+        raw = kafka_range(self.spark, self.cfg.conn, self.cfg.subscriptions_topic, start, end)
+        if raw is None:
             return None
-        topic = self.cfg.subscriptions_topic
-        reader = self.spark.read.format("kafka").options(**self.cfg.conn.spark_options())
-        reader = reader.option("assign", json.dumps({topic: parts}))
-        reader = reader.option("startingOffsets", json.dumps({topic: {str(p): start.get(p, EARLIEST) for p in parts}}))
-        reader = reader.option("endingOffsets", json.dumps({topic: {str(p): end[p] for p in parts}}))
-        reader = reader.option("failOnDataLoss", "false")  # compaction leaves gaps in offsets
-        return SubscriptionRows(subscription_columns(decode(reader.load(), TOPICS[SUBSCRIPTIONS_TOPIC])).toArrow())
+        return SubscriptionRows(subscription_columns(decode(raw, TOPICS[SUBSCRIPTIONS_TOPIC])).toArrow())
 
     def _restore(self, batch_id: int) -> None:
         """The table as it was after ``batch_id - 1`` (see the module docstring, Restart)."""

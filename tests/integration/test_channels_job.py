@@ -143,3 +143,43 @@ def test_channels_job_plans_reclusters_on_drift_and_resumes(
     assert sorted(c["subscription_ids"] for c in left["channels"]) == [X, ["a3", "a4", "b3"]]
     assert left["method"] == reclustered["method"]
     check_ratios(left, drift, reclustered)
+
+
+def test_batches_read_only_each_partitions_tail_of_matches(
+    spark: Any, kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
+) -> None:
+    """``kafka_range`` fetches exactly the offsets asked for, and a channels batch reads only the
+    last ``sample_events`` Match records of each partition (and every subscription record)."""
+    from collections import Counter
+
+    from streaming.session import kafka_range
+
+    topic = topic_prefix + "siftstream.matches.v1"
+    subs = [
+        {"type": "subscribe", "subscription_id": s, "subscriber_id": f"user-{s[0]}", "filter": f"g = '{s[0]}'"}
+        for s in A + B
+    ]
+    send(kafka_conn, topic_prefix + "siftstream.subscriptions.v1", "Subscription", subs, "subscription_id")
+    send(kafka_conn, topic, "Match", matches([A, B], 300, 0, "e"), "event_id")
+    per_partition = Counter(r.partition for r in read_topic(kafka_conn, topic, "Match"))
+    assert len(per_partition) > 1 and sum(per_partition.values()) == 300
+    ends = dict(per_partition)  # a fresh topic: offsets 0 .. n - 1 in each partition
+
+    def offsets(start: dict[int, int], end: dict[int, int]) -> list[tuple[int, int]]:
+        frame = kafka_range(spark, kafka_conn, topic, start, end)
+        return [] if frame is None else sorted((r.partition, r.offset) for r in frame.collect())
+
+    assert offsets({}, ends) == sorted((p, o) for p, n in ends.items() for o in range(n))
+    first = min(ends)
+    tail = {first: ends[first] - 7}
+    assert offsets(tail, {first: ends[first]}) == [(first, o) for o in range(ends[first] - 7, ends[first])]
+    assert kafka_range(spark, kafka_conn, topic, ends, ends) is None  # nothing in range
+
+    config = ChannelMonitorConfig(k=2, sample_events=20, min_interval_ms=10_000, method="spectral-ncut")
+    cfg = ChannelsConfig(
+        conn=kafka_conn, checkpoint=tmp_path / "ckpt", monitor=config, topic_prefix=topic_prefix, available_now=True
+    )
+    history = run(spark, cfg, quiet=True)
+    read = sum(b.records.get("siftstream.matches.v1", 0) for b in history)
+    assert read == sum(min(20, n) for n in ends.values())
+    assert sum(b.records.get("siftstream.subscriptions.v1", 0) for b in history) == len(subs)
