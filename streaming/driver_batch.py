@@ -7,12 +7,16 @@ the rest and whatever that path refers by the JVM's ``streaming.decode.TopicDeco
 rows to a pure step object from ``routing/`` (the job's subclass of :class:`DriverBatch` does
 that), saves that object's state as ``<state folder>/<batch id>.npz`` and writes the outputs and
 the dead letters (every record that did not decode or validate, keyed ``topic/partition/offset``
-as every job writes them) in one Kafka write.
+as every job writes them) in one Kafka write. A job whose state is large and changes in part per
+batch (routes: its rate window) saves ``<batch id>.delta``, the changes since the batch before,
+and its whole state every ``SNAPSHOT_EVERY`` batches; its state after batch ``b`` is the last
+whole state up to ``b`` with the changes after it applied in order.
 
 Restart: the state of the batch before the first one a run executes is loaded, so a batch that
 crashed before Spark committed it is replayed from the same state over the same offsets and
 writes the same records (duplicates after a crash are identical records with identical keys).
-Without a state file the step object starts empty.
+Without a state file (or with a chain of changes whose whole state is gone) the step object
+starts empty.
 """
 
 from __future__ import annotations
@@ -73,7 +77,10 @@ __all__ = [
     "topology_changes",
 ]
 
-KEEP_STATES = 3  # state files kept besides the newest
+KEEP_STATES = 3  # batches besides the newest whose state can still be restored
+SNAPSHOT_EVERY = 20
+"""A job that saves its changes (:meth:`DriverBatch.dump_changes`) saves its whole state every
+this many batches, and its changes since the batch before in between."""
 
 FIELDS: dict[str, list[tuple[str, str]]] = {
     TOPOLOGY_TOPIC: [
@@ -427,6 +434,7 @@ class DriverBatch(ABC):
         self.max_time_ms = -np.inf
         self.history: list[BatchStats] = []
         self.ready = False
+        self._since_whole: int | None = None  # changes saved since the last whole state (None: none yet)
 
     # -- the subclass's part ----------------------------------------------------------------
 
@@ -441,6 +449,16 @@ class DriverBatch(ABC):
     @abstractmethod
     def dump_state(self) -> bytes:
         """The step object's state."""
+
+    def dump_changes(self) -> bytes | None:
+        """What changed in the step object since the last :meth:`dump_state` or
+        :meth:`dump_changes`, or None: this job saves its whole state after every batch (the
+        default). Each call counts from the previous one."""
+        return None
+
+    def load_changes(self, blob: bytes) -> None:
+        """Apply :meth:`dump_changes`' bytes to the step object as it was when they were taken."""
+        raise NotImplementedError(f"the {self.job} job saves no changes")
 
     @abstractmethod
     def step(self, tables: dict[str, Any], stats: BatchStats) -> list[tuple[str, bytes, bytes]]:
@@ -474,16 +492,31 @@ class DriverBatch(ABC):
 
     # -- state ----------------------------------------------------------------------------------
 
-    def _state_path(self, batch_id: int) -> Path:
-        return self.state_folder / f"{batch_id}.npz"
+    def _state_path(self, batch_id: int, changes: bool = False) -> Path:
+        return self.state_folder / f"{batch_id}.{'delta' if changes else 'npz'}"
+
+    def _chain(self, batch_id: int) -> list[Path] | None:
+        """The files that give the state after ``batch_id``: its last whole state and the changes
+        after it, in order (None when a file is missing)."""
+        chain: list[Path] = []
+        for b in range(batch_id, -1, -1):
+            if self._state_path(b).exists():
+                return [self._state_path(b), *reversed(chain)]
+            if not self._state_path(b, changes=True).exists():
+                return None
+            chain.append(self._state_path(b, changes=True))
+        return None
 
     def _restore(self, batch_id: int) -> None:
-        path = self._state_path(batch_id - 1)
+        chain = self._chain(batch_id - 1) if batch_id > 0 else None
         self.ready = True
-        if batch_id > 0 and path.exists():
-            blob = path.read_bytes()
-            self.max_time_ms = float(np.frombuffer(blob[:8], dtype=np.float64)[0])
-            self.load_state(blob[8:])
+        self._since_whole = None
+        if chain is not None:
+            for i, path in enumerate(chain):
+                blob = path.read_bytes()
+                self.max_time_ms = float(np.frombuffer(blob[:8], dtype=np.float64)[0])
+                (self.load_state if i == 0 else self.load_changes)(blob[8:])
+            self._since_whole = len(chain) - 1
             return
         if batch_id > 0:
             self.log.warning(f"no state for batch {batch_id - 1} in {self.state_folder}; starting empty")
@@ -492,12 +525,26 @@ class DriverBatch(ABC):
     def _save(self, batch_id: int) -> None:
         folder = self.state_folder
         folder.mkdir(parents=True, exist_ok=True)
+        blob = None
+        if self._since_whole is not None and self._since_whole < SNAPSHOT_EVERY - 1:
+            blob = self.dump_changes()
+        changes = blob is not None
+        if blob is None:
+            blob = self.dump_state()
+        self._since_whole = self._since_whole + 1 if changes and self._since_whole is not None else 0
         tmp = folder / f".{batch_id}.tmp"
-        tmp.write_bytes(np.float64(self.max_time_ms).tobytes() + self.dump_state())
-        tmp.replace(self._state_path(batch_id))
-        for old in folder.glob("*.npz"):
-            if old.stem.isdigit() and int(old.stem) < batch_id - KEEP_STATES:
-                old.unlink(missing_ok=True)
+        tmp.write_bytes(np.float64(self.max_time_ms).tobytes() + blob)
+        tmp.replace(self._state_path(batch_id, changes))
+        self._state_path(batch_id, not changes).unlink(missing_ok=True)  # a replayed batch's other kind
+        # keep what restoring each of the last KEEP_STATES batches needs: from the last whole state
+        # at or before the oldest of them
+        ids = [int(f.stem) for f in folder.glob("*.npz") if f.stem.isdigit()]
+        whole = [b for b in ids if b <= batch_id - KEEP_STATES]
+        if whole:
+            keep_from = max(whole)
+            for old in [*folder.glob("*.npz"), *folder.glob("*.delta")]:
+                if old.stem.isdigit() and int(old.stem) < keep_from:
+                    old.unlink(missing_ok=True)
 
     # -- the batch --------------------------------------------------------------------------------
 

@@ -125,7 +125,17 @@ class RoutesBatch(DriverBatch):
         self.planner = RoutePlanner.from_bytes(blob)
 
     def dump_state(self) -> bytes:
-        return self.planner.to_bytes()
+        blob = self.planner.to_bytes()
+        self.planner.mark_saved()
+        return blob
+
+    def dump_changes(self) -> bytes | None:
+        blob = self.planner.changes_to_bytes()
+        self.planner.mark_saved()
+        return blob
+
+    def load_changes(self, blob: bytes) -> None:
+        self.planner.apply_changes(blob)
 
     def step(self, tables: dict[str, Any], stats: BatchStats) -> list[tuple[str, bytes, bytes]]:
         planner = self.planner

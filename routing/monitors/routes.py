@@ -60,7 +60,7 @@ from routing.planning.heuristics import ORDERS
 from routing.planning.model import Instance, InstanceError, Plan
 from routing.reliability.estimation import add_link_delays
 from routing.stats.moments import Moments
-from routing.stats.state import pack_documents, unpack_documents
+from routing.stats.state import pack_documents, pack_state, unpack_documents, unpack_state
 from routing.stats.windows import RollingWindow
 
 __all__ = ["PlannerConfig", "RoutePlanner"]
@@ -401,6 +401,11 @@ class RoutePlanner:
             if record is not None:
                 out.append(record)
             self.next_check_ms += period
+        # the buckets before the window of the last check done: no later check reads them, nor
+        # inputs() of that last check (retain bounds them too, later)
+        floor = self.next_check_ms // period - 1 - self.config.rate_window_ms // period
+        self._rates.drop_before(floor)
+        self._delays.drop_before(floor)
         return out
 
     def _check(self, end_ms: int) -> dict[str, Any] | None:
@@ -465,9 +470,9 @@ class RoutePlanner:
 
     # -- state ----------------------------------------------------------------------------------
 
-    def to_bytes(self) -> bytes:
-        """The whole state (JSON for the tables and the plan, the rolling windows' own blobs)."""
-        meta = {
+    def _meta(self) -> dict[str, Any]:
+        """The state besides the rolling windows, as JSON."""
+        return {
             "config": asdict(self.config),
             "nodes": self.nodes,
             "links": self.links,
@@ -486,25 +491,67 @@ class RoutePlanner:
             "drift_streak": self.drift_streak,
             "counters": self.counters,
         }
-        return pack_documents(meta, rates=self._rates.to_bytes(), delays=self._delays.to_bytes())
+
+    def _load_meta(self, meta: Mapping[str, Any]) -> None:
+        self.nodes, self.links, self.subscriptions = meta["nodes"], meta["links"], meta["subscriptions"]
+        self.next_check_ms, self.first_ms = meta["next_check_ms"], meta["first_ms"]
+        self.current = None if meta["current"] is None else Plan.from_json(meta["current"])
+        self.current_inputs = None
+        if meta["current_inputs"] is not None:
+            ci = meta["current_inputs"]
+            self.current_inputs = Inputs(Instance.from_json(ci["instance"]), ci["rates"], ci["costs"])
+        self.version, self.drift_streak = meta["version"], meta["drift_streak"]
+        self.counters = meta["counters"]
+        self._codes = None
+
+    def to_bytes(self) -> bytes:
+        """The whole state (JSON for the tables and the plan, the rolling windows' own blobs)."""
+        return pack_documents(self._meta(), rates=self._rates.to_bytes(), delays=self._delays.to_bytes())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> RoutePlanner:
         meta, blobs = unpack_documents(data)
-        rates, delays = blobs["rates"], blobs["delays"]
         planner = cls(PlannerConfig(**meta["config"]))
-        planner.nodes, planner.links, planner.subscriptions = meta["nodes"], meta["links"], meta["subscriptions"]
-        planner.next_check_ms, planner.first_ms = meta["next_check_ms"], meta["first_ms"]
-        if meta["current"] is not None:
-            planner.current = Plan.from_json(meta["current"])
-        if meta["current_inputs"] is not None:
-            ci = meta["current_inputs"]
-            planner.current_inputs = Inputs(Instance.from_json(ci["instance"]), ci["rates"], ci["costs"])
-        planner.version, planner.drift_streak = meta["version"], meta["drift_streak"]
-        planner.counters = meta["counters"]
-        planner._rates = RollingWindow.from_bytes(rates, Moments)
-        planner._delays = RollingWindow.from_bytes(delays, Moments)
+        planner._load_meta(meta)
+        planner._rates = RollingWindow.from_bytes(blobs["rates"], Moments)
+        planner._delays = RollingWindow.from_bytes(blobs["delays"], Moments)
         return planner
+
+    def changes_to_bytes(self) -> bytes:
+        """The state that changed since :meth:`mark_saved` (or since this planner was made or
+        restored): the JSON tables and plan whole, of the rolling windows only the buckets that
+        took values (:meth:`RollingWindow.changes_state`). :meth:`apply_changes` on the planner as
+        it was at the mark gives this one: saving the changes after every batch is O(batch), where
+        :meth:`to_bytes` is O(window).
+
+        >>> p = RoutePlanner(PlannerConfig(check_period_ms=1000, rate_window_ms=2000))
+        >>> p.apply_subscriptions([("s1", "u1", "b1", "x = 1")])
+        >>> p.add_matches(["p1"] * 3, [100.0, 1100.0, 2100.0], [["s1"]] * 3)
+        >>> saved = p.to_bytes()
+        >>> p.mark_saved()
+        >>> p.add_matches(["p1"] * 2, [3100.0, 3200.0], [["s1"]] * 2)
+        >>> _ = p.advance(4000.0)
+        >>> restored = RoutePlanner.from_bytes(saved)
+        >>> restored.apply_changes(p.changes_to_bytes())
+        >>> restored.to_bytes() == p.to_bytes()
+        True
+        """
+        rates = pack_state("RollingWindowChanges", self._rates.changes_state())
+        delays = pack_state("RollingWindowChanges", self._delays.changes_state())
+        return pack_documents(self._meta(), rates=rates, delays=delays)
+
+    def mark_saved(self) -> None:
+        """The state was saved: :meth:`changes_to_bytes` counts from here."""
+        self._rates.mark_saved()
+        self._delays.mark_saved()
+
+    def apply_changes(self, data: bytes) -> None:
+        """Bring this planner up to date with :meth:`changes_to_bytes` of a planner that was equal to
+        it at its mark."""
+        meta, blobs = unpack_documents(data)
+        self._load_meta(meta)
+        self._rates.apply_changes(unpack_state("RollingWindowChanges", blobs["rates"]))
+        self._delays.apply_changes(unpack_state("RollingWindowChanges", blobs["delays"]))
 
 
 def _recosted(current: Plan, instance: Instance) -> Plan:

@@ -32,7 +32,8 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from routing.stats.state import State, pack_state, string_array, unpack_state
+from routing.common.arrays import distinct_sorted
+from routing.stats.state import State, pack_state, unpack_state
 
 __all__ = ["RollingWindow", "WindowItem"]
 
@@ -104,6 +105,10 @@ class RollingWindow(Generic[T]):
         # query results until the data changes: a report reads each estimate more than once
         # (docs/decisions/rolling-window-query-memo.md)
         self._merged: dict[tuple[str, float, float | None], T | None] = {}
+        # what changed since the state was last saved (changes_state)
+        self._touched: set[int] = set()
+        self._dirty_floor: int | None = None
+        self._oldest: int | None = None  # no kept bucket is older (a bound: drop_before skips when it drops nothing)
 
     @property
     def bucket_ms(self) -> int:
@@ -136,6 +141,7 @@ class RollingWindow(Generic[T]):
         self._newest = newest
         self._merged.clear()
         oldest = newest - self._retain + 1
+        self._oldest = oldest if self._oldest is None else max(self._oldest, oldest)
         for key in list(self._data):
             ring = self._data[key]
             for b in [b for b in ring if b < oldest]:
@@ -186,6 +192,9 @@ class RollingWindow(Generic[T]):
         if not keep.size:
             return
         self._merged.clear()
+        self._touched.update(distinct_sorted(bucket[keep]).tolist())
+        low = int(bucket[keep].min())
+        self._oldest = low if self._oldest is None else min(self._oldest, low)
         order = keep[np.lexsort((bucket[keep], c[keep]))]  # by key, then bucket; stable
         ck, bk, vk = c[order], bucket[order], v[order]
         starts = np.flatnonzero(np.r_[True, (ck[1:] != ck[:-1]) | (bk[1:] != bk[:-1])])
@@ -234,13 +243,45 @@ class RollingWindow(Generic[T]):
         self._merged[memo] = merged
         return None if merged is None else merged.copy()
 
-    def to_state(self) -> State:
+    def drop_before(self, bucket: int) -> None:
+        """Drop every bucket older than ``bucket`` (a bucket index, ``floor(t_ms / bucket_ms)``):
+        those no later query reads, e.g. older than every window still to be checked. Unlike the
+        rotation this is no clock: a later value for a dropped bucket is kept again (until the
+        next call drops it).
+
+        >>> from routing.stats.moments import Tally
+        >>> w = RollingWindow(Tally, bucket_ms=1000, buckets=2, retain=5)
+        >>> w.add("s1", [500.0, 1500.0, 2500.0], np.array([True, False, True]))
+        >>> w.drop_before(2)
+        >>> w.query("s1", 3000.0).trials, w.items("s1", 2000.0)
+        (1, [])
+        """
+        self._dirty_floor = bucket if self._dirty_floor is None else max(self._dirty_floor, bucket)
+        if self._oldest is not None and self._oldest >= bucket:
+            return
+        self._oldest = bucket
+        self._merged.clear()
+        for key in list(self._data):
+            ring = self._data[key]
+            for b in [b for b in ring if b < bucket]:
+                del ring[b]
+            if not ring:
+                del self._data[key]
+
+    def _state(self, buckets: set[int] | None) -> State:
+        """``to_state``'s arrays over the buckets in ``buckets`` (all when None)."""
         keys: list[str] = []
+        counts: list[int] = []
         bucket_ids: list[int] = []
         items: list[T] = []
         for key in sorted(self._data):
-            for b, item in sorted(self._data[key].items()):
-                keys.append(key)
+            ring = self._data[key]
+            chosen = sorted(ring.items()) if buckets is None else sorted(p for p in ring.items() if p[0] in buckets)
+            if not chosen:
+                continue
+            keys.append(key)
+            counts.append(len(chosen))
+            for b, item in chosen:
                 bucket_ids.append(b)
                 items.append(item)
         stacked: State = {}
@@ -259,6 +300,7 @@ class RollingWindow(Generic[T]):
             for name, arrays in parts.items():
                 stacked[name] = np.concatenate(arrays)
                 lengths[name] = np.array([len(a) for a in arrays], dtype=np.int64)
+        encoded = [k.encode() for k in keys]
         state: State = {
             "config": np.array(
                 [
@@ -271,7 +313,9 @@ class RollingWindow(Generic[T]):
                 dtype=np.int64,
             ),
             "has_newest": np.array([self._newest is not None]),
-            "keys": string_array(keys),
+            "key_text": np.frombuffer(b"".join(encoded), dtype=np.uint8),
+            "key_bytes": np.array([len(k) for k in encoded], dtype=np.int64),
+            "key_items": np.array(counts, dtype=np.int64),
             "bucket": np.array(bucket_ids, dtype=np.int64),
         }
         for name, arr in stacked.items():
@@ -279,18 +323,91 @@ class RollingWindow(Generic[T]):
             state[f"len.{name}"] = lengths[name]
         return state
 
+    def to_state(self) -> State:
+        """Every kept summary: per distinct key (sorted) its UTF-8 text end to end (``key_text``,
+        ``key_bytes`` each) and its number of buckets (``key_items``); per summary, key by key and
+        oldest bucket first, its ``bucket`` and its own state's arrays end to end (``item.<name>``,
+        with their lengths ``len.<name>``); ``config``: bucket_ms, buckets, retain, the newest
+        bucket (-1 when none, ``has_newest``) and the late values dropped."""
+        return self._state(None)
+
+    def changes_state(self) -> State:
+        """What changed since :meth:`mark_saved` (or since this window was made or restored): the
+        whole contents of every bucket values were added to (``to_state``'s arrays over those
+        buckets only), their indices (``touched``), the newest bucket and the late count
+        (``config``), and the :meth:`drop_before` bound (``floor``; -1 and ``has_floor`` false when
+        none). :meth:`apply_changes` on a copy of the window as it was at the mark gives this window.
+
+        >>> from routing.stats.moments import Tally
+        >>> w = RollingWindow(Tally, bucket_ms=1000, buckets=2, retain=4)
+        >>> w.add("s1", [500.0, 1500.0], np.array([True, False]))
+        >>> saved = w.to_bytes()
+        >>> w.mark_saved()
+        >>> w.add("s2", [1700.0, 4500.0], np.array([True, True]))
+        >>> w.changes_state()["touched"].tolist()
+        [1, 4]
+        >>> copy = RollingWindow.from_bytes(saved, Tally)
+        >>> copy.apply_changes(w.changes_state())
+        >>> copy.to_bytes() == w.to_bytes()
+        True
+        """
+        state = self._state(self._touched)
+        state["touched"] = np.array(sorted(self._touched), dtype=np.int64)
+        state["floor"] = np.array([-1 if self._dirty_floor is None else self._dirty_floor], dtype=np.int64)
+        state["has_floor"] = np.array([self._dirty_floor is not None])
+        return state
+
+    def mark_saved(self) -> None:
+        """Start counting changes afresh (:meth:`changes_state`): the state was saved."""
+        self._touched = set()
+        self._dirty_floor = None
+
+    def apply_changes(self, changes: Mapping[str, NDArray[Any]]) -> None:
+        """Bring this window up to date with :meth:`changes_state` of a window that was equal to it
+        at its mark: rotate to its newest bucket, drop below its floor, replace its touched buckets."""
+        _b, _n, _r, newest, dropped = (int(v) for v in changes["config"])
+        if bool(changes["has_newest"][0]):
+            self._rotate(newest)
+        self._dropped = dropped
+        if bool(changes["has_floor"][0]):
+            self.drop_before(int(changes["floor"][0]))
+        touched = {int(b) for b in changes["touched"]}
+        for key in list(self._data):
+            ring = self._data[key]
+            for b in [b for b in ring if b in touched]:
+                del ring[b]
+            if not ring:
+                del self._data[key]
+        self._load_items(changes)
+        self._merged.clear()
+        self._dirty_floor = None  # this window is now the saved one: no changes since
+
+    def _load_items(self, state: Mapping[str, NDArray[Any]]) -> None:
+        """Put the summaries of ``state`` (``to_state``'s layout) into their rings."""
+        kind = type(self._factory())
+        names = [name[len("item.") :] for name in state if name.startswith("item.")]
+        offsets = {name: np.concatenate(([0], np.cumsum(state[f"len.{name}"]))) for name in names}
+        if "key_text" in state:
+            text = state["key_text"].tobytes()
+            ends = np.cumsum(state["key_bytes"]).tolist()
+            distinct = [text[a:b].decode() for a, b in zip([0, *ends][: len(ends)], ends, strict=True)]
+            keys = [k for k, n in zip(distinct, state["key_items"].tolist(), strict=True) for _ in range(n)]
+        else:  # the layout before key_text: one unicode key per summary
+            keys = [str(k) for k in state["keys"].tolist()]
+        if len(state["bucket"]):
+            low = int(state["bucket"].min())
+            self._oldest = low if self._oldest is None else min(self._oldest, low)
+        for i, (key, b) in enumerate(zip(keys, state["bucket"].tolist(), strict=True)):
+            item_state = {name: state[f"item.{name}"][offsets[name][i] : offsets[name][i + 1]] for name in names}
+            self._data.setdefault(key, {})[int(b)] = kind.from_state(item_state)
+
     @classmethod
     def from_state(cls, state: Mapping[str, NDArray[Any]], factory: Callable[[], T]) -> RollingWindow[T]:
         bucket_ms, buckets, retain, newest, dropped = (int(v) for v in state["config"])
         out = cls(factory, bucket_ms=bucket_ms, buckets=buckets, retain=retain)
         out._newest = newest if bool(state["has_newest"][0]) else None
         out._dropped = dropped
-        kind = type(factory())
-        names = [name[len("item.") :] for name in state if name.startswith("item.")]
-        offsets = {name: np.concatenate(([0], np.cumsum(state[f"len.{name}"]))) for name in names}
-        for i, (key, b) in enumerate(zip(state["keys"].tolist(), state["bucket"].tolist(), strict=True)):
-            item_state = {name: state[f"item.{name}"][offsets[name][i] : offsets[name][i + 1]] for name in names}
-            out._data.setdefault(str(key), {})[int(b)] = kind.from_state(item_state)
+        out._load_items(state)
         return out
 
     def to_bytes(self) -> bytes:

@@ -5,10 +5,11 @@ values kept (docs/conventions.md §7), and windows of sketches and sequence logs
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -114,3 +115,54 @@ def test_repeated_values_give_the_summaries_that_adding_them_gives() -> None:
             w.add_groups([f"k{i}" for i in range(7)], code, t, values)
     assert fast.to_bytes() == plain.to_bytes()
     assert fast.query("k3", 500.0) is not None and fast.query("k3", 500.0).count > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("add"), st.sampled_from(["a", "b", "c"]), st.lists(st.integers(0, 400), min_size=1, max_size=5)
+            ),
+            st.tuples(st.just("drop"), st.integers(0, 40)),
+            st.tuples(st.just("save"), st.booleans()),
+        ),
+        max_size=30,
+    )
+)
+def test_a_whole_state_and_the_changes_after_it_give_the_window(ops: list[tuple[Any, ...]]) -> None:
+    """``changes_state`` after each save (``mark_saved``), applied in order to the whole state last
+    taken, gives the window byte for byte (``to_bytes``), with values late, dropped and re-added."""
+    w = RollingWindow(Tally, bucket_ms=BUCKET_MS, buckets=BUCKETS, retain=RETAIN + 3)
+    whole, changes = w.to_bytes(), []
+    for op in ops:
+        if op[0] == "add":
+            w.add(op[1], np.array(op[2], dtype=np.float64), np.array([t % 2 == 0 for t in op[2]]))
+        elif op[0] == "drop":
+            w.drop_before(op[1])
+        elif op[1]:
+            whole, changes = w.to_bytes(), []
+            w.mark_saved()
+        else:
+            changes.append(w.changes_state())
+            w.mark_saved()
+    changes.append(w.changes_state())
+    restored = RollingWindow.from_bytes(whole, Tally)
+    for c in changes:
+        restored.apply_changes(c)
+    assert restored.to_bytes() == w.to_bytes()
+
+
+def test_the_layout_with_one_unicode_key_per_summary_still_loads() -> None:
+    """A state written before the keys were stored once each as UTF-8 (``keys``: one unicode
+    entry per summary) reads back as the same window."""
+    w = RollingWindow(Tally, bucket_ms=BUCKET_MS, buckets=BUCKETS, retain=RETAIN)
+    w.add("é-key", np.array([1.0, 15.0, 25.0]), np.array([True, False, True]))
+    w.add("b", np.array([12.0]), np.array([True]))
+    state = w.to_state()
+    text = state.pop("key_text").tobytes()
+    ends = np.cumsum(state.pop("key_bytes"))
+    names = [text[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    state["keys"] = np.array([k for k, n in zip(names, state.pop("key_items"), strict=True) for _ in range(n)])
+    assert state["keys"].tolist() == ["b", "é-key", "é-key", "é-key"]
+    assert RollingWindow.from_state(state, Tally).to_bytes() == w.to_bytes()
