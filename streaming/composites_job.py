@@ -109,6 +109,7 @@ class CompositesBatch(DriverBatch):
     """The ``foreachBatch`` function: feeds the monitor, writes detections, placements, dead letters."""
 
     job = "composites"
+    driver_producer = True  # the outputs are encoded on the driver: they are sent from there
     raw_topics = (SUBSCRIPTIONS_TOPIC,)
 
     def __init__(self, spark: SparkSession, cfg: CompositesConfig, quiet: bool = True) -> None:

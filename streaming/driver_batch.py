@@ -7,7 +7,9 @@ the rest and whatever that path refers by the JVM's ``streaming.decode.TopicDeco
 rows to a pure step object from ``routing/`` (the job's subclass of :class:`DriverBatch` does
 that), saves that object's state as ``<state folder>/<batch id>.npz`` and writes the outputs and
 the dead letters (every record that did not decode or validate, keyed ``topic/partition/offset``
-as every job writes them) in one Kafka write. A job whose state is large and changes in part per
+as every job writes them) in one Kafka write; a job that sets ``driver_producer`` (QoS, routes,
+composites) sends its outputs from the driver by one producer instead, the dead letters still
+by Spark. A job whose state is large and changes in part per
 batch (routes: its rate window) saves ``<batch id>.delta``, the changes since the batch before,
 and its whole state every ``SNAPSHOT_EVERY`` batches; its state after batch ``b`` is the last
 whole state up to ``b`` with the changes after it applied in order.
@@ -412,6 +414,9 @@ class DriverBatch(ABC):
     """Input topics whose every record keeps its raw key and value (see :meth:`reject`)."""
     write_options: tuple[tuple[str, str], ...] = ()
     """Extra options of the batch's Kafka write (``kafka.``-prefixed producer settings)."""
+    driver_producer = False
+    """Send the outputs from the driver by one idempotent producer kept for the job's life
+    (:meth:`_produce`) instead of a Spark write; dead letters are written by Spark either way."""
 
     def __init__(
         self,
@@ -434,6 +439,7 @@ class DriverBatch(ABC):
         self.max_time_ms = -np.inf
         self.history: list[BatchStats] = []
         self.ready = False
+        self._producer: Any = None  # the KafkaWriter of _produce, made on first use
         self._since_whole: int | None = None  # changes saved since the last whole state (None: none yet)
 
     # -- the subclass's part ----------------------------------------------------------------
@@ -574,12 +580,35 @@ class DriverBatch(ABC):
         t0 = time.monotonic()
         dead = self._dead_letters(tables) + self.rejections
         stats.dead_letters = len(dead)
-        if dead or outputs:
-            writer = self._frame(dead, outputs).write.format("kafka").options(**self.conn.spark_options())
+        produced = outputs if self.driver_producer else []
+        written = [] if self.driver_producer else outputs
+        if dead or written:
+            writer = self._frame(dead, written).write.format("kafka").options(**self.conn.spark_options())
             writer.options(**dict(self.write_options)).save()
+        if produced:
+            self._produce(produced)
         stats.write_ms = (time.monotonic() - t0) * 1000
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
+
+    def _produce(self, outputs: list[tuple[str, bytes, bytes]]) -> None:
+        """Send ``outputs`` in order and wait for every acknowledgement (raise RuntimeError when
+        one failed: the batch fails and is run again). One idempotent ``acks=all`` producer
+        (``producers.kafka_writer.KafkaWriter``) keeps each key's records in the order sent, as the
+        one task of a Spark write does, and Java's partitioner (murmur2 of the key) puts a key on
+        the partition a Spark write puts it on: the same records on the same partitions."""
+        from producers.kafka_writer import KafkaWriter
+
+        if self._producer is None:
+            self._producer = KafkaWriter(self.conn, **{"linger.ms": 5, "partitioner": "murmur2_random"})
+        writer = self._producer
+        failed = writer.report.failed
+        for topic, key, value in outputs:
+            writer.send(topic, key, value)
+        report = writer.flush(120)
+        if report.failed > failed:
+            self._producer = None  # a fresh producer for the batch's next run
+            raise RuntimeError(f"{self.job}: {report.failed - failed} records not written: {report.errors[-3:]}")
 
     def _dead_letters(self, tables: dict[str, Any]) -> list[tuple[Any, ...]]:
         out: list[tuple[Any, ...]] = []

@@ -21,7 +21,8 @@ subscribers' wishes), and the events, link telemetry, broker telemetry and recei
    ``QosReport`` per subscriber and per broker (key ``<kind>:<id>``), with alerts;
 4. saves the monitor's state as ``<checkpoint>/monitor/<batch id>.npz``, then writes the reports
    and a dead letter (keyed ``topic/partition/offset``, as every job writes it) for every record
-   that did not decode or validate, in one Kafka write: broken telemetry never stops the job.
+   that did not decode or validate: the reports from the driver by one idempotent producer, the
+   dead letters by a Spark write; broken telemetry never stops the job.
 
 Restart: on start the state of the batch before the first one this run executes is loaded, so a
 batch that crashed before Spark committed it is replayed from the same state over the same
@@ -147,6 +148,7 @@ class QosBatch(DriverBatch):
     """The ``foreachBatch`` function: feeds the monitor and writes reports and dead letters."""
 
     job = "qos"
+    driver_producer = True  # the outputs are encoded on the driver: they are sent from there
 
     def __init__(self, spark: SparkSession, cfg: QosConfig, quiet: bool = True) -> None:
         names = {topic: cfg.topic(topic) for topic in INPUTS}

@@ -109,6 +109,7 @@ class RoutesBatch(DriverBatch):
     """The ``foreachBatch`` function: feeds the planner and writes its plans and dead letters."""
 
     job = "routes"
+    driver_producer = True  # the outputs are encoded on the driver: they are sent from there
 
     def __init__(self, spark: SparkSession, cfg: RoutesConfig, quiet: bool = True) -> None:
         names = {topic: cfg.topic(topic) for topic in INPUTS}
