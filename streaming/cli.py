@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -774,6 +775,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         quiet=not args.verbose,
         kafka_config=args.kafka_config,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        job_trigger_intervals=dict(args.job_trigger_interval),
+        job_max_offsets=dict(args.job_max_offsets_per_trigger),
         gateway=None if args.gateway is None else KafkaConnection.from_file(conn.bootstrap_servers, args.gateway),
         revoke_grace_s=args.revoke_grace_s,
     )
@@ -810,6 +813,41 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_HEALTHY if doc["healthy"] else EXIT_UNHEALTHY
 
 
+_INTERVAL = re.compile(r"\d+(\.\d+)?\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)")
+
+
+class _JobOptionError(argparse.ArgumentTypeError, ValueError):
+    """A per-job serve option's bad value: argparse prints its text, a config file's reader too."""
+
+
+def _job_setting(text: str, option: str) -> tuple[str, str]:
+    """``JOB=VALUE`` of a per-job serve option, the job one of serve's."""
+    from streaming.status import JOBS
+
+    job, sep, value = text.partition("=")
+    if not sep or job.strip() not in JOBS or not value.strip():
+        raise _JobOptionError(f"{option}: expected JOB=VALUE with JOB one of {', '.join(JOBS)} (got {text!r})")
+    return job.strip(), value.strip()
+
+
+def _job_trigger(text: str) -> tuple[str, str]:
+    """``--job-trigger-interval``'s ``JOB=INTERVAL``, the interval as Spark reads it, e.g. ``10 seconds``."""
+    job, value = _job_setting(text, "--job-trigger-interval")
+    if not _INTERVAL.fullmatch(value):
+        raise _JobOptionError(
+            f"--job-trigger-interval: {value!r} is no interval; give a number and a unit, e.g. '10 seconds'"
+        )
+    return job, value
+
+
+def _job_max_offsets(text: str) -> tuple[str, int]:
+    """``--job-max-offsets-per-trigger``'s ``JOB=N``, N a positive integer."""
+    job, value = _job_setting(text, "--job-max-offsets-per-trigger")
+    if not value.isdigit() or int(value) <= 0:
+        raise _JobOptionError(f"--job-max-offsets-per-trigger: {value!r} is not a positive integer")
+    return job, int(value)
+
+
 def _service_parsers(sub: Any) -> None:
     """``siftstream serve`` and ``siftstream status``: the live service and its health check."""
     from streaming.status import DEFAULT_MAX_LAG, JOBS
@@ -834,6 +872,23 @@ def _service_parsers(sub: Any) -> None:
     p.add_argument("--jobs", help=f"comma-separated jobs to run, 'none' for none (default: all of {','.join(JOBS)})")
     p.add_argument("--trigger-interval", default="5 seconds", help="every query's trigger (default: %(default)s)")
     p.add_argument("--max-offsets-per-trigger", type=int, help="every query's cap on records per micro-batch")
+    p.add_argument(
+        "--job-trigger-interval",
+        metavar="JOB=INTERVAL",
+        type=_job_trigger,
+        action="append",
+        default=[],
+        help="one job's trigger instead of --trigger-interval, e.g. qos='10 seconds' (repeatable; default: none)",
+    )
+    p.add_argument(
+        "--job-max-offsets-per-trigger",
+        metavar="JOB=N",
+        type=_job_max_offsets,
+        action="append",
+        default=[],
+        help="one job's cap on records per micro-batch instead of --max-offsets-per-trigger, e.g. routes=100000 "
+        "(repeatable; default: none)",
+    )
     p.add_argument(
         "--gateway",
         metavar="ADMIN_PROFILE",

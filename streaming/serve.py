@@ -123,6 +123,10 @@ class ServeConfig:
     max_offsets_per_trigger : int, optional
         Every query's cap on the records one micro-batch reads (Spark's ``maxOffsetsPerTrigger``):
         a backlog is worked off in bounded batches instead of one huge one.
+    job_trigger_intervals : dict of str to str
+        Per job (a name of ``JOBS``), its queries' trigger instead of ``trigger_interval``.
+    job_max_offsets : dict of str to int
+        Per job, its queries' cap instead of ``max_offsets_per_trigger``.
     gateway : KafkaConnection, optional
         The ``admin`` profile's connection: run the subscription gateway (as ``conn``, the jobs
         profile) and grant each subscriber its channels (as this) while serve runs.
@@ -151,6 +155,8 @@ class ServeConfig:
     quiet: bool = True
     kafka_config: str | None = None
     max_offsets_per_trigger: int | None = None
+    job_trigger_intervals: dict[str, str] = field(default_factory=dict)
+    job_max_offsets: dict[str, int] = field(default_factory=dict)
     gateway: KafkaConnection | None = None
     revoke_grace_s: float = 3600.0
 
@@ -180,20 +186,25 @@ class JobRun:
 
 def job_config(cfg: ServeConfig, job: str) -> Any:
     """The job's configuration as its single-job command builds it (that command's defaults), with
-    serve's connection, checkpoint, prefix, trigger, stats file and ``max_offsets_per_trigger``.
+    serve's connection, checkpoint, prefix, stats file, and the job's trigger and
+    ``max_offsets_per_trigger`` (its own when ``job_trigger_intervals`` / ``job_max_offsets`` name
+    it, else serve's).
 
     >>> from pathlib import Path
-    >>> cfg = ServeConfig(KafkaConnection("h:1"), Path("c"), Path("s"), max_offsets_per_trigger=500)
-    >>> job_config(cfg, "routes").max_offsets_per_trigger
-    500
+    >>> cfg = ServeConfig(KafkaConnection("h:1"), Path("c"), Path("s"), max_offsets_per_trigger=500,
+    ...                   job_max_offsets={"qos": 2000}, job_trigger_intervals={"qos": "10 seconds"})
+    >>> job_config(cfg, "routes").max_offsets_per_trigger, job_config(cfg, "routes").trigger_interval
+    (500, '5 seconds')
+    >>> job_config(cfg, "qos").max_offsets_per_trigger, job_config(cfg, "qos").trigger_interval
+    (2000, '10 seconds')
     """
     common: dict[str, Any] = {
         "conn": cfg.conn,
         "checkpoint": cfg.checkpoint(job),
         "topic_prefix": cfg.topic_prefix,
-        "trigger_interval": cfg.trigger_interval,
+        "trigger_interval": cfg.job_trigger_intervals.get(job, cfg.trigger_interval),
         "stats_file": cfg.stats_file(job),
-        "max_offsets_per_trigger": cfg.max_offsets_per_trigger,
+        "max_offsets_per_trigger": cfg.job_max_offsets.get(job, cfg.max_offsets_per_trigger),
     }
     if job == "validation":
         from streaming.validation_job import ValidationConfig

@@ -84,6 +84,55 @@ def test_serve_gives_every_job_its_max_offsets_per_trigger(job: str, tmp_path: P
     assert job_config(ServeConfig(conn, tmp_path, tmp_path), job).max_offsets_per_trigger is None
 
 
+def test_serve_takes_a_trigger_and_a_cap_per_job_from_its_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--job-trigger-interval JOB=INTERVAL`` and ``--job-max-offsets-per-trigger JOB=N`` (each
+    repeatable) set one job's trigger and cap; the other jobs keep serve's own; a bad job, interval
+    or number stops the command line with the reason."""
+    from streaming.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(
+        [
+            "serve",
+            "--trigger-interval",
+            "5 seconds",
+            "--max-offsets-per-trigger",
+            "50000",
+            "--job-trigger-interval",
+            "qos=10 seconds",
+            "--job-trigger-interval",
+            "routes = 15 seconds",
+            "--job-max-offsets-per-trigger",
+            "routes=150000",
+        ]
+    )
+    cfg = ServeConfig(
+        KafkaConnection("127.0.0.1:9"),
+        tmp_path,
+        tmp_path,
+        trigger_interval=args.trigger_interval,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        job_trigger_intervals=dict(args.job_trigger_interval),
+        job_max_offsets=dict(args.job_max_offsets_per_trigger),
+    )
+    got = {job: (job_config(cfg, job).trigger_interval, job_config(cfg, job).max_offsets_per_trigger) for job in JOBS}
+    assert got.pop("qos") == ("10 seconds", 50000)
+    assert got.pop("routes") == ("15 seconds", 150000)
+    assert set(got.values()) == {("5 seconds", 50000)}
+    assert parser.parse_args(["serve"]).job_max_offsets_per_trigger == []
+    for bad, reason in [
+        (["--job-trigger-interval", "nojob=5 seconds"], "JOB one of validation"),
+        (["--job-trigger-interval", "qos=soon"], "is no interval"),
+        (["--job-max-offsets-per-trigger", "qos=0"], "not a positive integer"),
+        (["--job-max-offsets-per-trigger", "qos"], "expected JOB=VALUE"),
+    ]:
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", *bad])
+        assert reason in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("job", [j for j in JOBS if j not in ("validation", "matching")])
 def test_job_inputs_are_what_each_job_reads(job: str) -> None:
     import importlib
