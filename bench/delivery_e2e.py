@@ -39,6 +39,7 @@ import argparse
 import concurrent.futures
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -52,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 from bench.matching_e2e import _paced_producer, _varint, load_subscriptions, match_head, new_topics, workload
+from bench.procs import CpuByRole
 from infra import kafka
 from infra.jars import ensure_jars
 from producers.columns import EventColumns
@@ -575,6 +577,8 @@ def main() -> int:
                 )
                 reader = None if args.reader_after else pool.submit(*reader_args)
                 time.sleep(10)  # the reader builds its index, the clients subscribe
+                cpu = CpuByRole(os.getpid())
+                cpu.start()
                 producer = pool.submit(
                     _paced_producer,
                     conn.bootstrap_servers,
@@ -589,6 +593,7 @@ def main() -> int:
                         if not q.isActive:
                             raise RuntimeError(f"a job stopped during the run: {q.exception()}")
                     time.sleep(1)
+                cpu.stop()
                 if reader is None:  # read everything now: the jobs had the 2 cores to themselves
                     reader = pool.submit(*reader_args)
                 sent = producer.result()
@@ -661,6 +666,7 @@ def main() -> int:
         "client_p50_ms": pct(client_lat, 50),
         "client_p99_ms": pct(client_lat, 99),
         "client_events": len(client_lat),
+        "cores_during_load": {k: round(v, 3) for k, v in cpu.cores().items()},
         "clients": {
             sid: {
                 "received": len(ids),
@@ -693,6 +699,9 @@ def main() -> int:
         f"  counts: {r['equal']:,} of {r['match_records']:,} events delivered exactly as their Match "
         f"record says ({r['lost']:,} short, {r['extra']:,} over)\n"
         f"  real clients: {r['clients']}\n"
+        f"  cores used during the load, by role (of the machine's {os.cpu_count()}): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in r["cores_during_load"].items())
+        + "\n"
         f"{_format_breakdown(r['breakdown'])}",
         flush=True,
     )

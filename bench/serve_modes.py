@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -37,38 +36,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.procs import command, cpu_seconds, descendants  # noqa: E402
 from infra.jars import ensure_jars  # noqa: E402
 from infra.kafka import broker_or, free_ports  # noqa: E402
 from streaming.status import JOBS  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (from /proc's parent links)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(parents.get(p, []))
-    return out
-
 
 def kind(pid: int) -> str | None:
     """``jvm``, ``worker`` (a pyspark daemon or worker), ``driver`` (a serve process) or None (feeds)."""
-    try:
-        cmd = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return None
-    if "streaming.feeds" in cmd:
+    cmd = command(pid)
+    if not cmd or "streaming.feeds" in cmd:
         return None
     if cmd.split(" ", 1)[0].endswith("java"):
         return "jvm"
@@ -83,11 +60,10 @@ def rss_and_cpu(pid: int) -> tuple[float, float]:
     """(RSS in MiB, CPU seconds so far) of one process."""
     try:
         status = (Path("/proc") / str(pid) / "status").read_text()
-        stat = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0, 0.0
     rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return rss / 1024, (int(stat[11]) + int(stat[12])) / TICKS
+    return rss / 1024, cpu_seconds(pid)
 
 
 def sample(roots: list[int]) -> tuple[dict[str, float], float]:
@@ -95,7 +71,7 @@ def sample(roots: list[int]) -> tuple[dict[str, float], float]:
     mem = {"jvm": 0.0, "driver": 0.0, "worker": 0.0}
     cpu = 0.0
     for root in roots:
-        for pid in children(root):
+        for pid in descendants(root):
             k = kind(pid)
             if k is None:
                 continue
