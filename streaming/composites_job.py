@@ -110,6 +110,7 @@ class CompositesBatch(DriverBatch):
 
     job = "composites"
     driver_producer = True  # the outputs are encoded on the driver: they are sent from there
+    driver_consumer = True  # every record of the batch is decoded on the driver: read there
     raw_topics = (SUBSCRIPTIONS_TOPIC,)
 
     def __init__(self, spark: SparkSession, cfg: CompositesConfig, quiet: bool = True) -> None:

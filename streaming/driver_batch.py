@@ -1,7 +1,8 @@
 """The shape shared by the jobs whose state lives on the driver (QoS, routes).
 
 Such a job reads several Kafka topics in one streaming query; ``foreachBatch`` collects the
-batch's raw rows once (one Arrow table), decodes and validates each topic into one Arrow table
+batch's raw rows once (one Arrow table; a job that sets ``driver_consumer`` reads them from
+Kafka on the driver by the batch's offset range instead), decodes and validates each topic into one Arrow table
 per topic (:class:`TopicReader`: flat telemetry by the columnar fast path of ``schemas.columnar``,
 the rest and whatever that path refers by the JVM's ``streaming.decode.TopicDecoder``), hands the good
 rows to a pure step object from ``routing/`` (the job's subclass of :class:`DriverBatch` does
@@ -417,6 +418,9 @@ class DriverBatch(ABC):
     driver_producer = False
     """Send the outputs from the driver by one idempotent producer kept for the job's life
     (:meth:`_produce`) instead of a Spark write; dead letters are written by Spark either way."""
+    driver_consumer = False
+    """Read the batch's raw rows from Kafka on the driver, by the batch's offset range
+    (:meth:`_consume`), instead of collecting the streaming batch (a Spark job)."""
 
     def __init__(
         self,
@@ -440,6 +444,8 @@ class DriverBatch(ABC):
         self.history: list[BatchStats] = []
         self.ready = False
         self._producer: Any = None  # the KafkaWriter of _produce, made on first use
+        self._consumer: Any = None  # the Consumer of _consume, made on first use
+        self._query_folder: Path | None = None  # Spark's checkpoint of the query (its offset log)
         self._since_whole: int | None = None  # changes saved since the last whole state (None: none yet)
 
     # -- the subclass's part ----------------------------------------------------------------
@@ -481,6 +487,7 @@ class DriverBatch(ABC):
 
         source = kafka_stream(self.spark, self.conn, list(self.names.values()), max_offsets)
         source = source.select("topic", "partition", "offset", "key", "value", "timestamp")
+        self._query_folder = checkpoint
         name = f"siftstream-{self.job}-{self.topic_prefix or 'default'}"
         return start_batches(source, self, checkpoint, name, available_now, trigger_interval)
 
@@ -563,7 +570,9 @@ class DriverBatch(ABC):
         # the flat topics are decoded here, the others sent back to the JVM to be decoded
         import pyarrow.compute as pc
 
-        raw = self.rows(batch, batch_id).selectExpr(*_RAW_EXPRS).toArrow()
+        raw = self._consume(batch_id) if self.driver_consumer else None
+        if raw is None:
+            raw = self.rows(batch, batch_id).selectExpr(*_RAW_EXPRS).toArrow()
         stats.read_ms = (time.monotonic() - started) * 1000
         t0 = time.monotonic()
         topics = raw.column("topic")
@@ -590,6 +599,79 @@ class DriverBatch(ABC):
         stats.write_ms = (time.monotonic() - t0) * 1000
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
+
+    def _consume(self, batch_id: int) -> Any:
+        """The batch's raw rows (an Arrow table of :data:`RAW_SCHEMA`, each topic's partitions in
+        order, each in offset order) read by one Kafka consumer on the driver, or None when Spark's
+        offset log has not this batch's range (then the batch is collected).
+
+        The range is Spark's own: from the previous batch's end offsets (the earliest for a
+        partition without one, as the query starts) to this batch's, both from the offset log
+        Spark writes before it runs a batch (``streaming.matching_job.read_offset_log``), so these
+        are the streaming batch's records; offsets that retention or compaction removed are
+        skipped, as the query does (``failOnDataLoss`` false)."""
+        import pyarrow as pa
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+        from streaming.matching_job import read_offset_log
+
+        if self._query_folder is None:
+            return None
+        ends = read_offset_log(self._query_folder, batch_id)
+        starts = read_offset_log(self._query_folder, batch_id - 1) if batch_id > 0 else {}
+        if ends is None or starts is None:
+            return None
+        wanted: dict[tuple[str, int], tuple[int, int]] = {}
+        for name in self.names.values():
+            for part, end in sorted(ends.get(name, {}).items()):
+                start = starts.get(name, {}).get(part, OFFSET_BEGINNING)
+                if end > 0 and start != end:
+                    wanted[(name, part)] = (start, end)
+        cols: dict[tuple[str, int], list[Any]] = {tp: [] for tp in wanted}
+        if wanted:
+            if self._consumer is None:
+                settings = {
+                    "group.id": f"siftstream-{self.job}-driver",  # assign() only: no group, no commits
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "enable.partition.eof": True,
+                    "queued.max.messages.kbytes": 16384,
+                }
+                self._consumer = Consumer(self.conn.confluent(**settings))
+            consumer = self._consumer
+            consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _e) in wanted.items()])
+            open_parts = set(wanted)
+            deadline = time.monotonic() + 120
+            try:
+                while open_parts:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{self.job}: batch {batch_id}: {sorted(open_parts)} not read in 120 s")
+                    for msg in consumer.consume(10_000, 0.5):
+                        tp = (msg.topic(), msg.partition())
+                        err = msg.error()
+                        if err is not None:
+                            if err.code() != KafkaError._PARTITION_EOF:
+                                raise RuntimeError(f"{self.job}: reading {tp}: {err}")
+                            open_parts.discard(tp)  # the partition's end: nothing more to read
+                            continue
+                        end = wanted[tp][1]
+                        if msg.offset() < end:
+                            cols[tp].append(msg)
+                        if msg.offset() >= end - 1:
+                            open_parts.discard(tp)
+            finally:
+                consumer.unassign()
+        rows = [m for tp in wanted for m in cols[tp]]
+        return pa.table(
+            {
+                "topic": pa.array([m.topic() for m in rows], pa.string()),
+                "partition": pa.array([m.partition() for m in rows], pa.int32()),
+                "offset": pa.array([m.offset() for m in rows], pa.int64()),
+                "ts_ms": pa.array([m.timestamp()[1] for m in rows], pa.int64()),
+                "key": pa.array([m.key() for m in rows], pa.binary()),
+                "value": pa.array([m.value() for m in rows], pa.binary()),
+            }
+        )
 
     def _produce(self, outputs: list[tuple[str, bytes, bytes]]) -> None:
         """Send ``outputs`` in order and wait for every acknowledgement (raise RuntimeError when

@@ -4,7 +4,8 @@ One streaming query reads six topics (names from ``schemas.topics``): the compac
 subscriptions topics (``TOPOLOGY_TOPIC``, ``SUBSCRIPTIONS_TOPIC``: the overlay's shape and the
 subscribers' wishes), and the events, link telemetry, broker telemetry and receipts
 (``EVENTS_TOPIC``, ``LINK_TELEMETRY_TOPIC``, ``BROKER_TELEMETRY_TOPIC``, ``RECEIPTS_TOPIC``).
-``foreachBatch`` collects the batch's raw Kafka rows once (one Arrow table), then:
+``foreachBatch`` reads the batch's raw Kafka rows once (one Arrow table, read on the driver by the
+batch's offset range), then:
 
 1. decodes and validates each topic's rows (``streaming.driver_batch.TopicReader``): the
    telemetry, the receipts and the events, the bulk of the records, by the columnar fast paths
@@ -149,6 +150,7 @@ class QosBatch(DriverBatch):
 
     job = "qos"
     driver_producer = True  # the outputs are encoded on the driver: they are sent from there
+    driver_consumer = True  # every record of the batch is decoded on the driver: read there
 
     def __init__(self, spark: SparkSession, cfg: QosConfig, quiet: bool = True) -> None:
         names = {topic: cfg.topic(topic) for topic in INPUTS}

@@ -110,6 +110,7 @@ class RoutesBatch(DriverBatch):
 
     job = "routes"
     driver_producer = True  # the outputs are encoded on the driver: they are sent from there
+    driver_consumer = True  # every record of the batch is decoded on the driver: read there
 
     def __init__(self, spark: SparkSession, cfg: RoutesConfig, quiet: bool = True) -> None:
         names = {topic: cfg.topic(topic) for topic in INPUTS}

@@ -71,3 +71,49 @@ def test_outputs_sent_from_the_driver_land_where_a_spark_write_puts_them(
     assert got == want
     assert sorted(r for part in got.values() for r in part) == sorted(rows)
 
+
+class Reader(Writer):
+    """Collects each batch both ways: read on the driver by offset range, and the streaming batch."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.seen: list[tuple[Any, Any]] = []
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        from streaming.driver_batch import _RAW_EXPRS
+
+        self.seen.append((self._consume(batch_id), batch.selectExpr(*_RAW_EXPRS).toArrow()))
+
+
+def test_a_batch_read_by_its_offset_range_is_the_streaming_batch(
+    spark: Any, kafka_conn: KafkaConnection, tmp_path: Path
+) -> None:
+    """``DriverBatch._consume`` (the QoS, routes and composites jobs' read) gives each micro-batch's
+    records as the streaming batch holds them: the same rows (null keys, tombstones and the
+    record timestamps included), from the earliest offset in the first batch, across batches
+    that ``maxOffsetsPerTrigger`` splits."""
+    from producers.kafka_writer import KafkaWriter
+    from schemas.topics import EVENTS_TOPIC, SUBSCRIPTIONS_TOPIC
+
+    prefix = f"r{uuid.uuid4().hex[:8]}."
+    ensure_topics(kafka_conn, prefix)
+    writer = KafkaWriter(kafka_conn)
+    for i in range(150):
+        writer.send(prefix + EVENTS_TOPIC, None if i % 10 == 0 else f"p{i % 7}", f"event {i}".encode())
+    for i in range(40):
+        writer.send(prefix + SUBSCRIPTIONS_TOPIC, f"s{i % 15}", None if i % 4 == 3 else f"sub {i}".encode())
+    assert writer.flush(60).failed == 0
+    names = {EVENTS_TOPIC: prefix + EVENTS_TOPIC, SUBSCRIPTIONS_TOPIC: prefix + SUBSCRIPTIONS_TOPIC}
+    reader = Reader(spark, kafka_conn, names, tmp_path / "state", prefix)
+    reader.start(tmp_path / "query", True, "1 second", 50).awaitTermination(300)
+    assert len(reader.seen) >= 4  # 190 records, at most 50 a batch
+
+    def rows(table: Any) -> list[tuple[Any, ...]]:
+        return sorted(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
+
+    for got, want in reader.seen:
+        assert got is not None and got.schema == want.schema
+        assert rows(got) == rows(want)
+    everything = [r for got, _ in reader.seen for r in rows(got)]
+    assert len(everything) == len(set(everything)) == 190
+    assert any(r[4] is None for r in everything) and any(r[5] is None for r in everything)
