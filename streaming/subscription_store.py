@@ -8,7 +8,9 @@ time. So the job writes, for every micro-batch ``B`` before it writes any output
 - ``delta-B.json``: the subscription changes that ``B`` read (in order), the table version after
   them and the subscriptions topic's end offsets of ``B``; or
 - ``snapshot-B.json``: the whole table after ``B`` (every ``snapshot_every`` batches, and when many
-  changes piled up), with the version and offsets.
+  changes piled up), with the version and offsets. A periodic snapshot of a table that did not
+  change since the last one (same version, same offsets) is a hard link to that file, whose
+  ``batch_id`` field keeps the batch it was written for: a file's batch is the one in its name.
 
 The state a batch ``B`` starts from is then "latest snapshot at or before ``B - 1``, plus the
 deltas after it up to ``B - 1``": a pure function of committed history, the same on a replay. A
@@ -78,6 +80,8 @@ class TableStore:
     def __init__(self, folder: Path, **table_params: Any) -> None:
         self.folder = folder
         self._params = table_params
+        # (batch id, (version, offsets)) of the last snapshot written by this object
+        self._last_written: tuple[int, tuple[int, dict[str, int]]] | None = None
 
     def _write(self, name: str, doc: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -93,9 +97,30 @@ class TableStore:
     def save_snapshot(
         self, batch_id: int, filters: Mapping[str, str], version: int, offsets: Mapping[int, int]
     ) -> None:
-        """Record the whole table after batch ``batch_id``; prune what no restore can need any more."""
-        doc = {"batch_id": batch_id, "version": version, "offsets": _json_offsets(offsets), "filters": dict(filters)}
+        """Record the whole table after batch ``batch_id``; prune what no restore can need any more.
+
+        When the table's version and the offsets are those of the snapshot this store wrote last,
+        the table is the same, so the new snapshot is a hard link to that file: a periodic
+        snapshot of an unchanged table (the matching job takes one every ``snapshot_every``
+        batches to bound the chain of deltas) costs no serialisation and no write.
+        """
+        key = (version, _json_offsets(offsets))
+        last = self._last_written
+        if last is not None and last[1] == key and last[0] != batch_id:
+            source = self.folder / f"snapshot-{last[0]}.json"
+            tmp = self.folder / f".snapshot-{batch_id}.json.tmp"
+            try:
+                tmp.unlink(missing_ok=True)
+                os.link(source, tmp)
+                os.replace(tmp, self.folder / f"snapshot-{batch_id}.json")
+                self._last_written = (batch_id, key)
+                self._prune()
+                return
+            except OSError:  # the source was removed, or links are not supported: write it out
+                tmp.unlink(missing_ok=True)
+        doc = {"batch_id": batch_id, "version": version, "offsets": key[1], "filters": dict(filters)}
         self._write(f"snapshot-{batch_id}.json", doc)
+        self._last_written = (batch_id, key)
         self._prune()
 
     def _files(self) -> dict[str, dict[int, Path]]:
