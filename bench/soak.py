@@ -14,9 +14,9 @@ What it runs:
 3. **serve.** ``python -m streaming.cli serve`` as a child process on that cluster: the jobs of
    ``--jobs`` (default every job serve runs), ``--trigger-interval``, and
    ``--max-offsets-per-trigger`` (default twice one trigger's volume at ``--rate``, so a steady
-   load fits one batch and a backlog is worked off in bounded batches), ``/metrics`` on
-   ``--http-port``, no dashboard. The load starts once every job has committed a batch and
-   caught up with the subscriptions.
+   load fits one batch and a backlog is worked off in bounded batches), any ``--serve-option``
+   (e.g. one job's own trigger or cap), ``/metrics`` on ``--http-port``, no dashboard. The load
+   starts once every job has committed a batch and caught up with the subscriptions.
 4. **The load.** A publisher process sends Gryphon events at ``--rate`` events/s for
    ``--minutes``, ``--burst-factor`` times that for ``--burst-minutes`` from ``--burst-at``
    (default minute 10, or a third of a shorter run), each with ``event_id`` ``s<sequence>`` and
@@ -679,6 +679,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--max-offsets-per-trigger", type=int, help="serve's cap per micro-batch (default: 2 x rate x trigger)"
     )
+    ap.add_argument(
+        "--serve-option",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="one more serve option as one word, e.g. --serve-option=--job-trigger-interval=qos='10 seconds' "
+        "(repeatable)",
+    )
     ap.add_argument("--master", default="local[2]", help="serve's Spark master (default: %(default)s)")
     ap.add_argument("--bootstrap-servers", help="use this cluster instead of starting one")
     ap.add_argument("--port", type=int, default=39200, help="first broker port (default: %(default)s)")
@@ -751,7 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--topic-prefix", prefix, "--jobs", ",".join(jobs), "--master", args.master,
             "--trigger-interval", f"{args.trigger_interval:g} seconds",
             "--max-offsets-per-trigger", str(max_offsets),
-            "--http-port", str(args.http_port), "--no-dashboard",
+            "--http-port", str(args.http_port), "--no-dashboard", *args.serve_option,
         ]  # fmt: skip
         serve_proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         print(f"serve started (pid {serve_proc.pid}), its log {work / 'serve.log'}", flush=True)
