@@ -125,11 +125,20 @@ class Job:
         self.flush_s += t3 - t2
 
 
-def churn_records(live: dict[str, str], texts: list[str], ops: int, seed: int) -> list[SubscriptionRecord]:
-    """``ops`` records alternating an unsubscribe of a random live id and a subscribe of a new id
-    with the next of ``texts`` (``bench.matching.churn_changes``); ``live`` follows them."""
-    changes = churn_changes(live, texts, ops, seed=seed, prefix="c", offset=0)
-    return [unsubscribe(sid) if text is None else subscribe(sid, str(text)) for sid, text in changes]
+def churn_records(live: dict[str, str], texts: list[str], ops: int, seed: int) -> list[tuple[str, str | None]]:
+    """``ops`` changes alternating an unsubscribe of a random live id and a subscribe of a new id
+    with the next of ``texts`` (``bench.matching.churn_changes``); ``live`` follows them. Each
+    micro-batch's records are made from them just before it (``as_records``, not timed): the job
+    holds one micro-batch's decoded records at a time, not the whole run's."""
+    return [
+        (sid, None if text is None else str(text))
+        for sid, text in churn_changes(live, texts, ops, seed=seed, prefix="c", offset=0)
+    ]
+
+
+def as_records(changes: list[tuple[str, str | None]]) -> list[SubscriptionRecord]:
+    """The decoded records of ``churn_records``' changes."""
+    return [unsubscribe(sid) if text is None else subscribe(sid, text) for sid, text in changes]
 
 
 def per_event_ms(index: MatchIndex, batch: EventBatch, repeat: int) -> float:
@@ -164,7 +173,7 @@ def bench_churn(
     rebuilds = job.replica.rebuilds
     probe = w1_events(64, 10) if events is not None else None
     for k in range(0, ops, batch):
-        job.batch(records[k : k + batch])
+        job.batch(as_records(records[k : k + batch]))
         if probe is not None:
             job.replica.index.match(probe)
     total = job.driver_s + job.worker_s + job.flush_s

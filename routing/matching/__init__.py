@@ -22,6 +22,9 @@ collector
     bulk loads of subscriptions.
 kernels
     The numba-compiled inner loops of :class:`MatchIndex` (internal).
+numeric_form
+    Filter texts of the numeric form (``between`` and comparisons on integers, written
+    canonically) read from their bytes a batch at once, with their records' dedup keys (internal).
 packing
     :func:`pack_strings`, :func:`unpack_strings`: strings as a byte blob and offsets, for the
     compiled form of an index (:meth:`MatchIndex.to_arrays`).

@@ -45,7 +45,6 @@ import numpy.typing as npt
 from routing.matching import kernels as K
 from routing.matching.collector import collector_paused
 from routing.matching.language import (
-    _BETWEEN_FILTER,
     _SIMPLE_FILTER,
     _SIMPLE_PREDICATE,
     Filter,
@@ -56,6 +55,7 @@ from routing.matching.language import (
     _simple_parts,
     parse_filter,
 )
+from routing.matching.numeric_form import read_numeric_form, record_keys, same_spans, sort_records
 from routing.matching.oracle import BruteForceIndex, EventBatch, Matches, Ranks, _as_batch, _name_ranks
 from routing.matching.packing import pack_strings, unpack_strings
 
@@ -174,6 +174,44 @@ def _record_order(
         has = (lens > t) & ((r_code[at] & 15) == K.O_EQ)
         keys += [np.where(has, r_code[at], np.iinfo(np.int64).max), np.where(has, r_x[at], 0.0)]
     return np.lexsort(keys[::-1]).astype(np.int64)
+
+
+def _flatten(
+    recs: list[tuple[_Record, ...]],
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+]:
+    """Compiled filters' record tuples as arrays: ``(offs, r_code, r_x, r_y, r_lits)``, group ``g``
+    the records ``offs[g] .. offs[g + 1] - 1``; a list's literals are ``r_lits[r_x : r_x + r_y]``."""
+    n = len(recs)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, recs), dtype=np.int64, count=n), out=offs[1:])
+    flat = list(chain.from_iterable(recs))
+    r_code = np.fromiter(map(_FIRST, flat), dtype=np.int64, count=len(flat))
+    r_x = np.fromiter(map(_SECOND, flat), dtype=np.float64, count=len(flat))
+    r_y = np.fromiter(map(_THIRD, flat), dtype=np.float64, count=len(flat))
+    lits: list[float] = []
+    if any(map(_FOURTH, flat)):  # a list's literals: r_x and r_y say where in ``lits``
+        for r, rec in enumerate(flat):
+            if rec[3]:
+                r_x[r], r_y[r] = len(lits), len(rec[3])
+                lits.extend(rec[3])
+    return offs, r_code, r_x, r_y, np.asarray(lits, dtype=np.float64)
+
+
+def _take_groups(
+    groups: npt.NDArray[np.int64], offs: npt.NDArray[np.int64], *columns: npt.NDArray[Any]
+) -> tuple[npt.NDArray[np.int64], list[npt.NDArray[Any]]]:
+    """The records of ``groups`` (in that order) of ``columns`` grouped by ``offs``: new offsets and columns."""
+    lens = offs[groups + 1] - offs[groups]
+    new = np.zeros(len(groups) + 1, dtype=np.int64)
+    np.cumsum(lens, out=new[1:])
+    at = np.repeat(offs[groups] - new[:-1], lens) + np.arange(int(new[-1]), dtype=np.int64)
+    return new, [c[at] for c in columns]
 
 
 class MatchIndex:
@@ -300,7 +338,7 @@ class MatchIndex:
         # changes queued until the next apply, flush or match (the last of each id), with the texts
         # among them that the text cache lacks, parsed; the subscriptions with the queue applied
         self._queue: dict[str, Filter | str | None] = {}
-        # True: of the between form, None: of another simple shape (both compiled from the text)
+        # True: of the numeric form, None: of another simple shape (both compiled from the text)
         self._queue_parsed: dict[str, Filter | bool | None] = {}
         self._simple_memo: dict[tuple[str | None, ...], _Record] = {}  # a simple predicate's record by its groups
         self._n_subs = 0
@@ -357,19 +395,21 @@ class MatchIndex:
 
     def _parse(self, changes: Iterable[tuple[str, Filter | str | None]]) -> list[tuple[str, Filter | str | None]]:
         """The changes as a list, once every text among them parses (``FilterError`` if not); texts
-        that the text cache lacks are kept parsed for the queue."""
+        that the text cache lacks are kept parsed for the queue: True for the numeric form (read
+        in bulk, ``numeric_form.read_numeric_form``), None for the parser's other simple shapes,
+        else the filter."""
         staged = list(changes)
         if any(map(isinstance, map(_SECOND, staged), repeat(str))):
             texts, parsed = self._text_memo, self._queue_parsed
-            new: dict[str, Filter | bool | None] = {}
-            between, simple = _BETWEEN_FILTER.fullmatch, _SIMPLE_FILTER.fullmatch
-            for _, filt in staged:
-                if isinstance(filt, str) and filt not in texts and filt not in parsed and filt not in new:
-                    if between(filt) is not None:
-                        new[filt] = True
-                    else:
-                        new[filt] = None if simple(filt) is not None else parse_filter(filt)
-            parsed.update(new)
+            fresh = [filt for _, filt in staged if isinstance(filt, str) and filt not in texts and filt not in parsed]
+            if fresh:
+                fresh = list(dict.fromkeys(fresh))
+                form = read_numeric_form(fresh)[0] >= 0
+                new: dict[str, Filter | bool | None] = dict.fromkeys(compress(fresh, form.tolist()), True)
+                simple = _SIMPLE_FILTER.fullmatch
+                for filt in compress(fresh, (~form).tolist()):
+                    new[filt] = None if simple(filt) is not None else parse_filter(filt)
+                parsed.update(new)
         return staged
 
     def _enqueue(self, changes: Iterable[tuple[str, Filter | str | None]]) -> None:
@@ -543,13 +583,30 @@ class MatchIndex:
         return c
 
     def _fids_of(self, filters: list[Filter | str], parsed: dict[str, Filter | bool | None]) -> npt.NDArray[np.int64]:
-        """The fid of each filter (texts that the text cache lacks are in ``parsed``)."""
-        if all(map(isinstance, filters, repeat(Filter))):
-            recs, slows, keys = self._compile_many(cast(list[Filter], filters))
-        else:
-            recs, slows, keys = self._compile_texts(filters, parsed)
-        # identical filters of the batch form one group, led by the first: found by key, then
-        # compared (by identity first: the compile cache shares records)
+        """The fid of each filter (texts that the text cache lacks are in ``parsed``): the texts of
+        the numeric form compiled from their bytes at once (``_fids_numeric``), the others through
+        the record tuples (``_compile_texts``, ``_compile_many``); the second finds the fids the
+        first made (the keys are the same, ``numeric_form.record_keys``)."""
+        fid_at = np.empty(len(filters), dtype=np.int64)
+        numeric = [type(f) is str and parsed.get(f) is True for f in filters]
+        rest = list(map(not_, numeric))
+        if True in rest:
+            others = list(compress(filters, rest))
+            if all(map(isinstance, others, repeat(Filter))):
+                recs, slows, keys = self._compile_many(cast(list[Filter], others))
+            else:
+                recs, slows, keys = self._compile_texts(others, parsed)
+            fid_at[np.flatnonzero(rest)] = self._fids_of_compiled(recs, slows, keys)
+        if True in numeric:
+            fid_at[np.flatnonzero(numeric)] = self._fids_numeric(cast(list[str], list(compress(filters, numeric))))
+        return fid_at
+
+    def _fids_of_compiled(
+        self, recs: list[tuple[_Record, ...]], slows: list[Filter | None], keys: list[int]
+    ) -> npt.NDArray[np.int64]:
+        """The fid of each compiled filter: identical filters of the batch form one group, led by
+        the first, found by key and then compared (by identity first: the compile cache shares
+        records)."""
         lead_of: dict[int, int] = {}
         lead = list(map(lead_of.setdefault, keys, count()))
         if not (all(map(eq, recs, map(recs.__getitem__, lead))) and all(map(eq, slows, map(slows.__getitem__, lead)))):
@@ -558,18 +615,93 @@ class MatchIndex:
                     lead[i] = i
         leads = sorted(set(lead))
         fid_at = np.empty(len(recs), dtype=np.int64)
-        fid_at[leads] = self._fids_for([recs[i] for i in leads], [slows[i] for i in leads], [keys[i] for i in leads])
+        fid_at[leads] = self._fids_for(
+            *_flatten([recs[i] for i in leads]), [slows[i] for i in leads], [keys[i] for i in leads]
+        )
         return fid_at[np.asarray(lead, dtype=np.int64)]
+
+    def _fids_numeric(self, texts: list[str]) -> npt.NDArray[np.int64]:
+        """The fid of each text of the numeric form (``numeric_form``), its records made from the
+        bytes (``_compile_numeric``) and its key computed without a tuple (``record_keys``). The
+        index is the same as through ``_compile_simple`` text by text once the attributes are
+        known (tests/unit/matching/test_index_churn.py)."""
+        offs, codes, x, y = self._compile_numeric(texts)
+        keys = record_keys(offs, codes, x, y)
+        lead_of: dict[int, int] = {}
+        lead = np.fromiter(map(lead_of.setdefault, keys, count()), dtype=np.int64, count=len(keys))
+        dup = np.flatnonzero(lead != np.arange(len(keys)))
+        for i in dup.tolist():  # equal keys: the same records, or a hash collision (a group of its own)
+            j = int(lead[i])
+            if not (
+                np.array_equal(codes[offs[i] : offs[i + 1]], codes[offs[j] : offs[j + 1]])
+                and np.array_equal(x[offs[i] : offs[i + 1]], x[offs[j] : offs[j + 1]])
+                and np.array_equal(y[offs[i] : offs[i + 1]], y[offs[j] : offs[j + 1]])
+            ):
+                lead[i] = i
+        leads = np.unique(lead)
+        if len(leads) < len(keys):
+            offs, (codes, x, y) = _take_groups(leads, offs, codes, x, y)
+            keys = [keys[i] for i in leads.tolist()]
+        fids = self._fids_for(offs, codes, x, y, np.zeros(0, dtype=np.float64), [None] * len(keys), keys)
+        if len(leads) == len(lead):
+            return fids
+        fid_at = np.empty(len(lead), dtype=np.int64)
+        fid_at[leads] = fids
+        return fid_at[lead]
+
+    def _compile_numeric(
+        self, texts: Sequence[str]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """The records of texts of the numeric form as arrays: group ``i`` (text ``i``) is records
+        ``offs[i] .. offs[i + 1] - 1`` of ``codes``, ``x``, ``y``, sorted as ``_compile_simple``
+        sorts its tuples (``sort_records``). Names are looked up once per distinct name (by hash,
+        the bytes compared); new attributes are numbered in the order met; new literals become
+        cuts in their order in the batch while there is room, as one by one (``_cut_many``).
+
+        Examples
+        --------
+        >>> index = MatchIndex()
+        >>> offs, codes, x, y = index._compile_numeric(["b between 2 and 9 and a between 0 and 5", "c = 1"])
+        >>> offs.tolist(), codes.tolist(), x.tolist(), y.tolist(), index._attr_names
+        ([0, 2, 3], [54, 310, 560], [2.0, 0.0, 1.0], [9.0, 5.0, 1.0], ['b', 'a', 'c'])
+        """
+        counts, start, end, hashes, ops, low, high, buf = read_numeric_form(texts)
+        if (counts < 0).any():
+            raise ValueError("a text is not of the numeric form")
+        _, first, inv = np.unique(hashes, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        rep = first[inv]
+        if same_spans(buf, start, end, start[rep], end[rep]):
+            names = [buf[start[k] : end[k]].tobytes().decode("ascii") for k in first.tolist()]
+            order = np.argsort(first, kind="stable").tolist()
+        else:  # two names of one hash: each name read apart
+            names = [buf[s:e].tobytes().decode("ascii") for s, e in zip(start.tolist(), end.tolist(), strict=True)]
+            inv = np.arange(len(names))
+            order = list(range(len(names)))
+        attr_u = np.empty(len(names), dtype=np.int64)
+        for u in order:  # new attributes in the order they come
+            a = self._attr_of.get(names[u])
+            attr_u[u] = self._attr(names[u]) if a is None else a
+        attrs = attr_u[inv]
+        x = low.astype(np.float64)
+        y = high.astype(np.float64)
+        self._cut_many(attrs, x, y)
+        codes = attrs << 8 | K.P_NUMBER << 4 | ops
+        offs = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offs[1:])
+        sort_records(offs, codes, x, y)
+        return offs, codes, x, y
 
     def _compile_texts(self, filters: list[Filter | str], parsed: dict[str, Filter | bool | None]) -> _CompiledMany:
         """``_compile_many`` of filters among which are texts (cached by text); a new text of the
-        parser's simple shapes is compiled from the text itself (``_compile_simple``)."""
+        parser's simple shapes is compiled from the text itself (``_compile_simple``). Texts of the
+        numeric form take ``_fids_numeric`` instead."""
         texts = self._text_memo
         compiled: list[_Compiled] = []
         to_compile: list[Filter] = []
         where: list[int] = []
         new_texts: list[tuple[int, str]] = []
-        simple: list[tuple[int, str, bool]] = []
+        simple: list[tuple[int, str]] = []
         none: _Compiled = ((), None, 0)
         for item in filters:
             if isinstance(item, str):
@@ -579,8 +711,8 @@ class MatchIndex:
                     continue
                 new_texts.append((len(compiled), item))
                 form = parsed[item]  # parsed when queued, since the cache lacked it then
-                if not isinstance(form, Filter):  # of the simple shapes: compiled below, all at once
-                    simple.append((len(compiled), item, form is True))
+                if not isinstance(form, Filter):  # of the simple shapes: compiled below
+                    simple.append((len(compiled), item))
                     compiled.append(none)
                     continue
                 filt = form
@@ -589,15 +721,13 @@ class MatchIndex:
             where.append(len(compiled))
             to_compile.append(filt)
             compiled.append(none)
-        if simple:
-            at, simple_texts, between = zip(*simple, strict=True)
-            made = self._compile_simple_many(simple_texts, between)
-            for i, text, direct in zip(at, simple_texts, made, strict=True):
-                if direct is not None:
-                    compiled[i] = direct
-                else:  # a predicate Python must check: the Filter path
-                    where.append(i)
-                    to_compile.append(parse_filter(text))
+        for i, text in simple:
+            direct = self._compile_simple(text)
+            if direct is not None:
+                compiled[i] = direct
+            else:  # a predicate Python must check: the Filter path
+                where.append(i)
+                to_compile.append(parse_filter(text))
         for i, c in zip(where, zip(*self._compile_many(to_compile), strict=True), strict=True):
             compiled[i] = c
         for i, text in new_texts:
@@ -605,60 +735,6 @@ class MatchIndex:
                 texts.clear()
             texts[text] = compiled[i]
         return list(map(_FIRST, compiled)), list(map(_SECOND, compiled)), list(map(_THIRD, compiled))
-
-    def _compile_simple_many(
-        self, texts: Sequence[str], between: Sequence[bool] | None = None
-    ) -> list[_Compiled | None]:
-        """``_compile_simple`` of each text, the texts of the between form (``between`` predicates
-        alone on integers of at most 15 characters, written with single spaces: W1's texts;
-        ``language._BETWEEN_FILTER``) compiled together: joined with `` and ``, they are one
-        such text, split once at its spaces into the words of all their predicates (every sixth
-        a name, low or high literal), their records made by numpy over the whole batch (literals
-        read as doubles, sorted per filter by ``lexsort``), the new literals made cuts in their
-        order in the batch while there is room, as one by one. ``between`` says which texts have
-        that form (when the caller knows it; else the pattern decides). The others go through
-        ``_compile_simple`` first (each predicate cached by its text), so new attributes are
-        numbered in the order met, those texts' first. Equal to ``_compile_simple`` text by text
-        once the attributes are known (tests/unit/matching/test_index_churn.py).
-
-        Examples
-        --------
-        >>> index = MatchIndex()
-        >>> first, second = index._compile_simple_many(["b between 2 and 9 and a between 0 and 5", "c = 'q'"])
-        >>> first[0], index._attr_names  # (attribute << 8 | kind << 4 | operator, low, high, list)
-        (((310, 2.0, 9.0, ()), (566, 0.0, 5.0, ())), ['c', 'b', 'a'])
-        >>> first == index._compile_simple("b between 2 and 9 and a between 0 and 5"), second[0]
-        (True, ((64, 0.0, 0.0, ()),))
-        """
-        out: list[_Compiled | None] = [None] * len(texts)
-        if between is None:
-            form = _BETWEEN_FILTER.fullmatch
-            between = [form(t) is not None for t in texts]
-        at = list(compress(range(len(texts)), between))
-        for i in compress(range(len(texts)), map(not_, between)):
-            out[i] = self._compile_simple(texts[i])
-        if not at:
-            return out
-        chosen = list(map(texts.__getitem__, at))
-        words = " and ".join(chosen).split(" ")
-        names, lows, highs = words[0::6], words[2::6], words[4::6]
-        counts = (np.fromiter(map(str.count, chosen, repeat(" ")), dtype=np.int64, count=len(at)) + 2) // 6
-        for name in dict.fromkeys(names):  # new attributes in the order they come
-            if name not in self._attr_of:
-                self._attr(name)
-        n = len(names)
-        attrs = np.fromiter(map(self._attr_of.__getitem__, names), dtype=np.int64, count=n)
-        x = np.fromiter(map(float, lows), dtype=np.float64, count=n) + 0.0  # + 0.0: no -0.0
-        y = np.fromiter(map(float, highs), dtype=np.float64, count=n) + 0.0
-        self._cut_many(attrs, x, y)
-        codes = attrs << 8 | (K.P_NUMBER << 4 | K.O_BETWEEN)
-        order = np.lexsort((y, x, codes, np.repeat(np.arange(len(at)), counts)))
-        flat = list(zip(codes[order].tolist(), x[order].tolist(), y[order].tolist(), repeat(()), strict=False))
-        stops = np.cumsum(counts).tolist()
-        recs = list(map(tuple, map(flat.__getitem__, map(slice, [0, *stops[:-1]], stops))))
-        for i, rec, key in zip(at, recs, map(hash, recs), strict=True):
-            out[i] = (rec, None, key)
-        return out
 
     def _cut_many(self, attrs: npt.NDArray[np.int64], x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> None:
         """Make cuts of the literals ``x[i], y[i]`` of attribute ``attrs[i]``, in that order, while
@@ -816,29 +892,24 @@ class MatchIndex:
         return (a << 8 | K.P_SLOW_STRING << 4 | K.O_NONE, 0.0, 0.0, ()), True, kind
 
     def _fids_for(
-        self, recs: list[tuple[_Record, ...]], slows: list[Filter | None], keys: list[int]
+        self,
+        offs: npt.NDArray[np.int64],
+        r_code: npt.NDArray[np.int64],
+        r_x: npt.NDArray[np.float64],
+        r_y: npt.NDArray[np.float64],
+        r_lits: npt.NDArray[np.float64],
+        slows: list[Filter | None],
+        keys: list[int],
     ) -> npt.NDArray[np.int64]:
-        """The fid of each distinct compiled filter: an existing identical one, or a new one (no
-        members yet).
+        """The fid of each distinct compiled filter (group ``g``: records ``offs[g] .. offs[g + 1] - 1``
+        of ``r_code``, ``r_x``, ``r_y``, a list's literals in ``r_lits``, as ``_flatten`` makes
+        them): an existing identical one, or a new one (no members yet).
 
         A fid is found by its key and then checked record by record against the predicate store
         (``same_records``), so a hash collision is never a match.
         """
-        n = len(recs)
+        n = len(keys)
         cand = np.fromiter(map(self._fid_of_key.get, keys, repeat(-1)), dtype=np.int64, count=n)
-        offs = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, recs), dtype=np.int64, count=n), out=offs[1:])
-        flat = list(chain.from_iterable(recs))
-        r_code = np.fromiter(map(_FIRST, flat), dtype=np.int64, count=len(flat))
-        r_x = np.fromiter(map(_SECOND, flat), dtype=np.float64, count=len(flat))
-        r_y = np.fromiter(map(_THIRD, flat), dtype=np.float64, count=len(flat))
-        lits: list[float] = []
-        if any(map(_FOURTH, flat)):  # a list's literals: r_x and r_y say where in ``lits``
-            for r, rec in enumerate(flat):
-                if rec[3]:
-                    r_x[r], r_y[r] = len(lits), len(rec[3])
-                    lits.extend(rec[3])
-        r_lits = np.asarray(lits, dtype=np.float64)
         same = np.empty(n, dtype=np.bool_)
         K.same_records(cand, offs, r_code, r_x, r_y, r_lits, self._meta, self._p_code, self._p_ab, self._lit, same)
         if self._slow:  # a slow fid is shared by equal filters only
@@ -1014,23 +1085,17 @@ class MatchIndex:
                 self._compact()
 
     def _flush(self) -> None:
-        """Apply the bit work of the changes since the last match."""
-        touched = []
-        if self._pending_clear:
-            fids = np.unique(np.asarray(self._pending_clear, dtype=np.int64))
-            touched.append(fids >> 6)
-            self._pending_clear = []
-            K.clear_fid_bits(fids, self._rows, self._n_rows)
-            bits = ~(np.uint64(1) << (fids & 63).astype(np.uint64))
-            np.bitwise_and.at(self._alive, fids >> 6, bits)
-            np.bitwise_and.at(self._exact, fids >> 6, bits)
-        if self._pending_set:
-            fids = np.unique(np.asarray(self._pending_set, dtype=np.int64))
-            self._pending_set = []
-            fids = fids[self._meta[fids, K.M_MCOUNT] > 0]
-            touched.append(fids >> 6)
-            K.set_fid_bits(
+        """Apply the bit work of the changes since the last match (``flush_fid_bits``: one pass
+        over the words the dropped and the new fids touch, their summary bits refreshed with them)."""
+        clear = np.unique(np.asarray(self._pending_clear, dtype=np.int64))
+        fids = np.unique(np.asarray(self._pending_set, dtype=np.int64))
+        self._pending_clear, self._pending_set = [], []
+        fids = fids[self._meta[fids, K.M_MCOUNT] > 0]
+        current = self._summary.shape == (self._rows.shape[0], (self._rows.shape[1] + 63) // 64)
+        if len(clear) or len(fids):
+            K.flush_fid_bits(
                 fids,
+                clear,
                 len(self._attr_names),
                 self._fixed_rows,
                 self._str_rows,
@@ -1044,11 +1109,18 @@ class MatchIndex:
                 self._p_code,
                 self._p_ab,
                 self._lit,
+                self._summary,
+                min(self._summarised_rows, self._n_rows) if current else 0,
             )
+        if len(clear):
+            bits = ~(np.uint64(1) << (clear & 63).astype(np.uint64))
+            np.bitwise_and.at(self._alive, clear >> 6, bits)
+            np.bitwise_and.at(self._exact, clear >> 6, bits)
+        if len(fids):
             np.bitwise_or.at(self._alive, fids >> 6, np.uint64(1) << (fids & 63).astype(np.uint64))
             fids = fids[self._meta[fids, K.M_FLAGS] == 0]
             np.bitwise_or.at(self._exact, fids >> 6, np.uint64(1) << (fids & 63).astype(np.uint64))
-        self._summarize(np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64))
+        self._summarize()
         if self._packed_stale:
             self._packed_stale = False
             if self._packed_shared or len(self._m_start) < self._n_fids + 1:  # a Matches reads the old ones
@@ -1058,18 +1130,15 @@ class MatchIndex:
             self._packed_shared = False
             K.pack_members(self._n_fids, self._meta, self._members, self._m_start, self._m_packed)
 
-    def _summarize(self, words: npt.NDArray[np.int64]) -> None:
-        """Bring the rows' summaries up to date: new rows whole, and ``words`` in every row."""
+    def _summarize(self) -> None:
+        """Bring the rows' summaries up to date for the rows made since the last flush (all rows
+        when the rows grew); ``flush_fid_bits`` refreshes the words whose fids changed."""
         shape = (self._rows.shape[0], (self._rows.shape[1] + 63) // 64)
-        if self._summary.shape != shape or len(words) * 16 >= self._rows.shape[1]:
-            # the rows grew (seldom), or many words changed (row after row is faster): all again
-            if self._summary.shape != shape:
-                self._summary = np.zeros(shape, dtype=np.uint64)
+        if self._summary.shape != shape:  # the rows grew (seldom): all again
+            self._summary = np.zeros(shape, dtype=np.uint64)
             K.summarize_rows(self._rows, 0, self._n_rows, self._summary)
         else:
             K.summarize_rows(self._rows, self._summarised_rows, self._n_rows, self._summary)  # new rows
-            if len(words):
-                K.summarize(self._rows, self._n_rows, words, self._summary)
         self._summarised_rows = self._n_rows
 
     # -- matching ---------------------------------------------------------------------------

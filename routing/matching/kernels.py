@@ -20,7 +20,7 @@ The layout they work on (all arrays owned by ``MatchIndex``; "fid" is a distinct
   ``exact`` of the fids whose set bits are all decisive.
 
 Each row has a summary, a bit per word (``summary[r, w >> 6]``: does ``rows[r, w]`` hold a bit?),
-refreshed by the flush (``summarize``, ``summarize_rows``).
+refreshed by the flush (``flush_fid_bits`` for the words whose fids changed, ``summarize_rows`` for new rows).
 
 Matching (``MatchIndex.match``): ``event_rows`` (each event's bucket rows, sparsest first, and
 its path), ``match_listed`` (events whose summaries leave few words: those words alone) and
@@ -30,8 +30,9 @@ its path), ``match_listed`` (events whose summaries leave few words: those words
 
 A batch of changes (``MatchIndex.apply``) runs ``same_records`` (is the fid found by a filter's
 hash really that filter?), ``new_records_size`` and ``store_fids`` (the new fids' predicates),
-then ``unlist_members`` and ``list_members`` (the subscriptions of each fid); ``set_fid_bits``
-and ``clear_fid_bits`` do the bit work at the next flush.
+then ``unlist_members`` and ``list_members`` (the subscriptions of each fid); ``flush_fid_bits``
+does the bit work at the next flush (``routing.matching.numeric_form`` reads texts of the numeric
+form from their bytes).
 
 Events arrive as three ``(n, n_attr)`` matrices: ``ev_kind`` (``K_*`` codes), ``ev_val`` (the
 number, 0/1 for booleans, the interned code for strings, -1 for a string no literal has) and
@@ -75,11 +76,11 @@ __all__ = [
     "P_SLOW_STRING",
     "P_STRING",
     "SLOW",
-    "clear_fid_bits",
     "clear_fid_bits_plain",
     "copy_slots",
     "event_offsets",
     "event_rows",
+    "flush_fid_bits",
     "group_hits",
     "list_members",
     "match_hits",
@@ -87,13 +88,12 @@ __all__ = [
     "new_records_size",
     "pack_members",
     "ranked_members",
+    "row_attributes",
     "same_records",
-    "set_fid_bits",
     "set_fid_bits_plain",
     "slot_offsets",
     "sort_segments",
     "store_fids",
-    "summarize",
     "summarize_rows",
     "unlist_members",
 ]
@@ -254,21 +254,6 @@ def _popcount(x):  # type: ignore[no-untyped-def]
     x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
     x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
     return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
-
-
-@njit(cache=True)
-def summarize(rows, n_rows, words, summary):  # type: ignore[no-untyped-def]
-    """Refresh ``summary[r, w >> 6]``'s bit ``w & 63`` (whether ``rows[r, w]`` holds a bit) for
-    every row ``r < n_rows`` and every word ``w`` in ``words``."""
-    for i in range(words.shape[0]):
-        w = words[i]
-        sw = w >> 6
-        bit = np.uint64(1) << np.uint64(w & 63)
-        for r in range(n_rows):
-            if rows[r, w] != 0:
-                summary[r, sw] |= bit
-            else:
-                summary[r, sw] &= ~bit
 
 
 @njit(cache=True)
@@ -966,10 +951,26 @@ def _number_span(p0, p1, p_code, p_ab, cuts, nc):  # type: ignore[no-untyped-def
 
 @njit(cache=True, inline="always")
 def _fid_row_bits(
-    f, bit, col, n_attr, fixed_rows, str_rows, str_count, num_cuts, num_ncuts, num_rows, acc, meta, p_code, p_ab, lit
+    f,
+    bit,
+    col,
+    n_attr,
+    fixed_rows,
+    str_rows,
+    str_count,
+    num_cuts,
+    num_ncuts,
+    num_rows,
+    acc,
+    dc,
+    meta,
+    p_code,
+    p_ab,
+    lit,
 ):  # type: ignore[no-untyped-def]
-    """OR ``bit`` into ``acc[r, col]`` for every row ``r`` where fid ``f`` may match; whether some
-    set bit is not decisive (``set_fid_bits_plain``'s decisions, into a buffer instead of ``rows``).
+    """OR ``bit`` into ``acc[r, col]`` for every row ``r`` where fid ``f`` may match, and into
+    ``dc[a, col]`` for every attribute ``a`` it says nothing about (every row of ``a``); whether
+    some set bit is not decisive (``set_fid_bits_plain``'s decisions, into buffers instead of ``rows``).
 
     An attribute whose predicates are all numbers' =, <, <=, >, >= or between (``_number_span``)
     has its bits only in the numeric buckets ``jl..jh``, and every bucket strictly inside lies
@@ -987,12 +988,7 @@ def _fid_row_bits(
         nst = min(str_count[a], strc)
         nc = num_ncuts[a]
         if p0 == p1:  # don't care: every row of a
-            for j in range(5):
-                acc[fixed_rows[a, j], col] |= bit
-            for c in range(nst):
-                acc[str_rows[a, c], col] |= bit
-            for j in range(2 * nc + 1):
-                acc[num_rows[a, j], col] |= bit
+            dc[a, col] |= bit
             continue
         jl, jh = _number_span(p0, p1, p_code, p_ab, num_cuts[a], nc)
         if jl <= jh:
@@ -1029,12 +1025,29 @@ def _fid_row_bits(
     return inexact
 
 
-_BIT_WORDS = 8  # words of the rows that ``set_fid_bits`` decides together (one cache line per row)
+_BIT_WORDS = 8  # words of the rows that ``flush_fid_bits`` decides together (one cache line per row)
 
 
 @njit(cache=True)
-def set_fid_bits(
-    fids,
+def row_attributes(n_attr, fixed_rows, str_rows, str_count, num_ncuts, num_rows, n_rows):  # type: ignore[no-untyped-def]
+    """The attribute that owns each of the first ``n_rows`` rows (-1: none): its fixed rows,
+    its string rows and its numeric buckets."""
+    owner = np.full(n_rows, -1, dtype=np.int64)
+    strc = str_rows.shape[1]
+    for a in range(n_attr):
+        for j in range(5):
+            owner[fixed_rows[a, j]] = a
+        for c in range(min(str_count[a], strc)):
+            owner[str_rows[a, c]] = a
+        for j in range(2 * num_ncuts[a] + 1):
+            owner[num_rows[a, j]] = a
+    return owner
+
+
+@njit(cache=True)
+def flush_fid_bits(
+    set_fids,
+    clear_fids,
     n_attr,
     fixed_rows,
     str_rows,
@@ -1048,39 +1061,80 @@ def set_fid_bits(
     p_code,
     p_ab,
     lit,
+    summary,
+    n_summary,
 ):  # type: ignore[no-untyped-def]
-    """Set each new fid's bit in every row where it may match; mark it INEXACT where not decisive.
+    """The bit work of a flush in one pass over the words it touches: clear each fid of
+    ``clear_fids`` in the first ``n_rows`` rows, then set each new fid of ``set_fids`` in every
+    row where it may match (marking it INEXACT where not decisive), and refresh the summary bits
+    (``summary[r, w >> 6]``, bit ``w & 63``: does ``rows[r, w]`` hold a bit?) of the rows below
+    ``n_summary`` for the words passed.
 
-    ``fids`` are sorted. The fids of a run of up to ``_BIT_WORDS`` aligned words of the rows are
-    decided together into a buffer (``acc``: those words of every row, in cache), which is then
-    ORed into each of the first ``n_rows`` rows once: a row is touched once per run, not once
-    per fid (the rows are ``n_words`` words apart, so each touch is a cache miss at scale). Equal
-    to ``set_fid_bits_plain``, which sets the bits fid by fid and bucket by bucket
-    (tests/unit/matching/test_kernels.py). The predicates of a fid are grouped by attribute
-    (attributes non-decreasing within a fid).
+    Both fid lists are sorted. The words are taken in aligned runs of ``_BIT_WORDS`` (a cache
+    line of each row) that hold some fid of either list: the new fids of a run are decided into
+    buffers (``acc``: those words of every row; ``dc``: those words of every attribute that a fid
+    says nothing about, which sets its bit in all the attribute's rows, ``row_attributes``), then
+    each row takes, per word, ``(row & clear mask) | acc | dc[owner]`` and its summary bit, once:
+    a row is touched once per run, not once per fid nor once per kind of work (the rows are
+    ``n_words`` words apart, so each touch is a cache miss at scale). Equal to
+    ``clear_fid_bits_plain``, then ``set_fid_bits_plain``, then ``summarize_rows`` of the rows
+    below ``n_summary`` (tests/unit/matching/test_kernels.py). The predicates of a fid are grouped
+    by attribute (attributes non-decreasing within a fid).
     """
+    owner = row_attributes(n_attr, fixed_rows, str_rows, str_count, num_ncuts, num_rows, n_rows)
     acc = np.zeros((n_rows, _BIT_WORDS), dtype=np.uint64)
+    dc = np.zeros((n_attr + 1, _BIT_WORDS), dtype=np.uint64)  # row n_attr: rows of no attribute
+    for r in range(n_rows):
+        if owner[r] < 0:
+            owner[r] = n_attr
+    keep = np.empty(_BIT_WORDS, dtype=np.uint64)
     n_words = rows.shape[1]
-    n = fids.shape[0]
+    ns = set_fids.shape[0]
+    nc = clear_fids.shape[0]
     i = 0
-    while i < n:
-        w0 = (fids[i] >> 6) // _BIT_WORDS * _BIT_WORDS
+    j = 0
+    while i < ns or j < nc:
+        w = n_words
+        if i < ns:
+            w = set_fids[i] >> 6
+        if j < nc:
+            w = min(w, clear_fids[j] >> 6)
+        w0 = w // _BIT_WORDS * _BIT_WORDS
         width = min(_BIT_WORDS, n_words - w0)
-        j = i
-        while j < n and (fids[j] >> 6) < w0 + width:
-            f = fids[j]
+        for t in range(width):
+            keep[t] = ~np.uint64(0)
+        while j < nc and (clear_fids[j] >> 6) < w0 + width:
+            f = clear_fids[j]
+            keep[(f >> 6) - w0] &= ~(np.uint64(1) << np.uint64(f & 63))
+            j += 1
+        any_set = False
+        while i < ns and (set_fids[i] >> 6) < w0 + width:
+            f = set_fids[i]
+            any_set = True
             if _fid_row_bits(
                 f, np.uint64(1) << np.uint64(f & 63), (f >> 6) - w0, n_attr, fixed_rows, str_rows, str_count,
-                num_cuts, num_ncuts, num_rows, acc, meta, p_code, p_ab, lit,
+                num_cuts, num_ncuts, num_rows, acc, dc, meta, p_code, p_ab, lit,
             ):  # fmt: skip
                 meta[f, M_FLAGS] |= INEXACT
-            j += 1
+            i += 1
         for r in range(n_rows):
-            for w in range(width):
-                if acc[r, w]:
-                    rows[r, w0 + w] |= acc[r, w]
-                    acc[r, w] = np.uint64(0)
-        i = j
+            a = owner[r]
+            sumw = np.uint64(0)
+            for t in range(width):
+                v = rows[r, w0 + t] & keep[t]
+                if any_set:
+                    v |= acc[r, t] | dc[a, t]
+                    acc[r, t] = np.uint64(0)
+                rows[r, w0 + t] = v
+                if v != 0:
+                    sumw |= np.uint64(1) << np.uint64((w0 + t) & 63)
+            if r < n_summary:  # the run lies within one summary word (64 is a multiple of the run)
+                mask = ((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(w0 & 63)
+                summary[r, w0 >> 6] = (summary[r, w0 >> 6] & ~mask) | sumw
+        if any_set:
+            for a in range(n_attr + 1):
+                for t in range(width):
+                    dc[a, t] = np.uint64(0)
 
 
 @njit(cache=True)
@@ -1099,7 +1153,7 @@ def set_fid_bits_plain(
     p_ab,
     lit,
 ):  # type: ignore[no-untyped-def]
-    """The oracle of ``set_fid_bits``: each fid's bits set row by row, fid after fid.
+    """The oracle of ``flush_fid_bits``' setting: each fid's bits set row by row, fid after fid.
 
     The predicates of a fid are grouped by attribute (attributes non-decreasing within a fid).
     """
@@ -1156,33 +1210,8 @@ def set_fid_bits_plain(
 
 
 @njit(cache=True)
-def clear_fid_bits(fids, rows, n_rows):  # type: ignore[no-untyped-def]
-    """Clear each fid's bit in the first ``n_rows`` rows.
-
-    ``fids`` are sorted. The bits are gathered into one mask per word they touch, and each row
-    takes its words' masks in word order: a row's touched words once each, in memory order, not
-    once per fid (the rows are ``n_words`` words apart). Equal to ``clear_fid_bits_plain``
-    (tests/unit/matching/test_kernels.py).
-    """
-    n = fids.shape[0]
-    words = np.empty(n, dtype=np.int64)
-    masks = np.empty(n, dtype=np.uint64)
-    k = -1
-    for i in range(n):
-        w = fids[i] >> 6
-        if k < 0 or words[k] != w:
-            k += 1
-            words[k] = w
-            masks[k] = ~np.uint64(0)
-        masks[k] &= ~(np.uint64(1) << np.uint64(fids[i] & 63))
-    for r in range(n_rows):
-        for j in range(k + 1):
-            rows[r, words[j]] &= masks[j]
-
-
-@njit(cache=True)
 def clear_fid_bits_plain(fids, rows, n_rows):  # type: ignore[no-untyped-def]
-    """The oracle of ``clear_fid_bits``: each fid's bit cleared row by row, fid after fid."""
+    """The oracle of ``flush_fid_bits``' clearing: each fid's bit cleared row by row, fid after fid."""
     for i in range(fids.shape[0]):
         f = fids[i]
         word = f >> 6

@@ -50,12 +50,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import compress, islice, repeat
+from operator import is_, itemgetter, ne
 from types import MappingProxyType
 from typing import Protocol, cast
 
 from routing.matching.collector import collector_paused
-from routing.matching.index import BruteForceIndex, MatchIndex
+from routing.matching.index import BruteForceIndex, MatchIndex, _consume
 from routing.matching.language import FilterError, validate_filter
+from routing.matching.numeric_form import read_numeric_form
 
 __all__ = [
     "Change",
@@ -68,6 +71,9 @@ __all__ = [
     "plan_change",
     "plan_changes",
 ]
+
+_ID_FILTER = itemgetter(1, 2)
+
 
 Change = tuple[str, str | None]
 """``(subscription id, filter text)``; a filter of None removes the subscription."""
@@ -117,6 +123,11 @@ class Outcome:
 
 def plan_change(record: SubscriptionRecord) -> Outcome:
     """Decide what one subscriptions-topic record does (see the module docstring)."""
+    return _plan(record, False)
+
+
+def _plan(record: SubscriptionRecord, valid: bool) -> Outcome:
+    """``plan_change(record)``, its filter taken as valid without parsing it when ``valid``."""
     if record.tombstone:
         return Outcome(change=(record.key, None)) if record.key is not None else Outcome()
     if record.error_code is not None:
@@ -130,17 +141,21 @@ def plan_change(record: SubscriptionRecord) -> Outcome:
         if record.composite is not None:
             return Outcome(change=(sid, None), skipped=True)
         return Outcome(rejection=("invalid_value", "a subscribe needs a filter or a composite tree"))
-    try:
-        validate_filter(record.filter)
-    except FilterError as exc:
-        return Outcome(rejection=("invalid_filter", f"filter {exc}"))
+    if not valid:
+        try:
+            validate_filter(record.filter)
+        except FilterError as exc:
+            return Outcome(rejection=("invalid_filter", f"filter {exc}"))
     return Outcome(change=(sid, record.filter))
 
 
 def plan_changes(records: Iterable[SubscriptionRecord]) -> list[Outcome]:
     """``plan_change`` of each record, in order, with Python's garbage collector paused: the
     matching job plans a micro-batch's records, or the whole topic at a cold start, at once
-    (docs/decisions/collector-paused.md).
+    (docs/decisions/collector-paused.md). The filters of the numeric form (W1's ranges and
+    Gryphon's equalities, ``language._NUMERIC_FILTER``) are recognised together from their bytes
+    (``numeric_form.read_numeric_form``: exactly the texts the pattern accepts, all valid); the
+    others are validated one by one.
 
     Examples
     --------
@@ -148,7 +163,9 @@ def plan_changes(records: Iterable[SubscriptionRecord]) -> list[Outcome]:
     [('a', None)]
     """
     with collector_paused():
-        return list(map(plan_change, records))
+        records = list(records)
+        texts = [r.filter or "" for r in records]  # "" is not of the numeric form
+        return list(map(_plan, records, (read_numeric_form(texts)[0] >= 0).tolist()))
 
 
 class SubscriptionTable:
@@ -201,18 +218,26 @@ class SubscriptionTable:
         return len(self._filters)
 
     def apply(self, changes: Iterable[Change]) -> None:
-        """Apply changes in order; removing an absent id, or setting the same text, is no change."""
-        for sid, filt in changes:
-            if filt is None:
-                if sid not in self._filters:
-                    continue
-                del self._filters[sid]
-            else:
-                if self._filters.get(sid) == filt:
-                    continue
-                self._filters[sid] = filt
-            self._version += 1
-            self._deltas.append((self._version, sid, filt))
+        """Apply changes in order; removing an absent id, or setting the same text, is no change.
+        Python's garbage collector is paused meanwhile (each change keeps a new delta tuple;
+        docs/decisions/collector-paused.md)."""
+        filters, deltas = self._filters, self._deltas
+        version = self._version
+        with collector_paused():
+            try:
+                for sid, filt in changes:
+                    if filt is None:
+                        if sid not in filters:
+                            continue
+                        del filters[sid]
+                    else:
+                        if filters.get(sid) == filt:
+                            continue
+                        filters[sid] = filt
+                    version += 1
+                    deltas.append((version, sid, filt))
+            finally:
+                self._version = version
 
     def deltas(self, after: int | None = None) -> tuple[Delta, ...]:
         """The changes since the snapshot (or since version ``after`` >= ``base_version``)."""
@@ -362,7 +387,7 @@ class IndexReplica:
                         (self._index, self._filters), self.compiled_loads = loaded, self.compiled_loads + 1
                     old = self._filters
                     diff: list[tuple[str, str | None]] = [(sid, None) for sid in old.keys() - base.keys()]
-                    diff += [(sid, text) for sid, text in base.items() if old.get(sid) != text]
+                    diff += compress(base.items(), map(ne, map(old.get, base.keys()), base.values()))  # C loops
                     self._index.apply(diff)
                     applied = len(diff)
                 self._filters, self._version = base, base_version
@@ -371,16 +396,26 @@ class IndexReplica:
                 self._save_due = saves and self._compiled is not None and isinstance(self._index, MatchIndex)
             current = cast(int, self._version)
             filters = self._filters
-            changes: list[tuple[str, str | None]] = []
-            for v, sid, filt in deltas:
-                if v <= current:
-                    continue
-                changes.append((sid, filt))  # removing an absent id is no change for apply
-                if filt is None:
-                    filters.pop(sid, None)
-                else:
-                    filters[sid] = filt
-                current = v
+            deltas = deltas if isinstance(deltas, tuple | list) else list(deltas)
+            skip = current + 1 - deltas[0][0] if deltas else 0
+            if deltas and 0 <= skip <= len(deltas) and deltas[-1][0] == version == current + len(deltas) - skip:
+                # versions rise by one (a table's deltas): those after ``current`` at once, in C loops
+                last = dict(map(_ID_FILTER, islice(deltas, skip, None)))  # the last change of each id
+                changes: list[tuple[str, str | None]] = list(last.items())
+                filters.update(last)
+                _consume(map(filters.pop, compress(last.keys(), map(is_, last.values(), repeat(None)))))
+                current = version
+            else:
+                changes = []
+                for v, sid, filt in deltas:
+                    if v <= current:
+                        continue
+                    changes.append((sid, filt))  # removing an absent id is no change for apply
+                    if filt is None:
+                        filters.pop(sid, None)
+                    else:
+                        filters[sid] = filt
+                    current = v
             if current != version:
                 raise ValueError(f"the deltas reach version {current}, not {version}: some are missing")
             self._index.apply(changes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -310,8 +311,8 @@ def test_flush_compacts_the_predicate_store_under_range_churn(monkeypatch: pytes
 
 
 def _simple_texts(rng: random.Random) -> list[str]:
-    """Texts of the parser's simple shapes: W1's canonical ``between`` texts (the between form,
-    read by one split of the batch) and their variants that take the pattern (other spacing and case,
+    """Texts of the parser's simple shapes: W1's canonical ``between`` texts (the numeric form,
+    read from the batch's bytes) and their variants that take the pattern (other spacing and case,
     orderings, strings and booleans, integers of more than 15 digits, a string ordering that
     Python must check), with repeated texts and ``-0``."""
 
@@ -347,21 +348,216 @@ def _simple_texts(rng: random.Random) -> list[str]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_simple_texts_compile_together_as_one_by_one(seed: int) -> None:
-    """``_compile_simple_many`` equals ``_compile_simple`` text by text (records, key, None for
-    a text Python must check), in batches that mix the split and the pattern paths, and the
-    index built from the texts at once answers as the oracle."""
-    from routing.matching.language import _SIMPLE_FILTER
+    """The texts of the numeric form, read from their bytes at once (``_compile_numeric``, keys
+    by ``record_keys``), compile as ``_compile_simple`` text by text (records and key); the others
+    are told apart exactly as the pattern does; the index built from the texts at once answers as
+    the oracle."""
+    from routing.matching.language import _NUMERIC_FILTER, _SIMPLE_FILTER
+    from routing.matching.numeric_form import read_numeric_form, record_keys
 
     rng = random.Random(seed)
     texts = _simple_texts(rng)
     assert all(_SIMPLE_FILTER.fullmatch(t) for t in texts)
     index = MatchIndex(max_cuts=rng.choice((0, 3, 48)))
     one_by_one = [index._compile_simple(t) for t in texts]
-    assert index._compile_simple_many(texts) == one_by_one
-    assert index._compile_simple_many(texts[:1]) == one_by_one[:1]
+    form = read_numeric_form(texts)[0] >= 0
+    assert form.tolist() == [_NUMERIC_FILTER.fullmatch(t) is not None for t in texts]
+    numeric = [t for t, f in zip(texts, form.tolist(), strict=True) if f]
+    offs, codes, x, y = index._compile_numeric(numeric)
+    keys = record_keys(offs, codes, x, y)
+    made = [
+        (tuple(zip(codes[i:j].tolist(), x[i:j].tolist(), y[i:j].tolist(), [()] * (j - i), strict=True)), None, key)
+        for i, j, key in zip(offs[:-1].tolist(), offs[1:].tolist(), keys, strict=True)
+    ]
+    assert made == [c for c, f in zip(one_by_one, form.tolist(), strict=True) if f]
     assert sum(c is None for c in one_by_one) >= 1
     fresh, oracle = MatchIndex(max_cuts=3), BruteForceIndex()
     apply_both(fresh, oracle, [(f"t{i}", t) for i, t in enumerate(texts)])
     events = [{n: rng.randrange(-40, 80) for n in ("a", "b", "c", "d", "e", "a.b", "_x")} for _ in range(30)]
     events += [{"a": "x", "b": 1}, {"a": True, "b": 2}, {"a": 1234567890123457}, {"a": -0.0, "b": 7}]
     assert fresh.match(events).all_ids() == oracle.match(events).all_ids()
+
+
+def _near_between(draw: st.DrawFn) -> str:
+    """A text of the numeric form (``between`` and comparisons), or one edit away from it (a byte
+    replaced, inserted or dropped, other spacing or case, a 16-digit literal, a sign in the wrong
+    place)."""
+    names = ["a", "b_1", "x.y", "_", "A9", "between", "and"]
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        low = draw(st.integers(-(10**15) + 1, 10**15 - 1))
+        high = draw(st.integers(-(10**15) + 1, 10**15 - 1))
+        if draw(st.booleans()):
+            parts.append(f"{draw(st.sampled_from(names))} between {low} and {high}")
+        else:
+            parts.append(
+                f"{draw(st.sampled_from(names))} {draw(st.sampled_from(['=', '!=', '<', '<=', '>', '>=']))} {low}"
+            )
+    text = " and ".join(parts)
+    edit = draw(st.integers(0, 5))
+    if edit and text:
+        at = draw(st.integers(0, len(text)))
+        piece = draw(
+            st.sampled_from([" ", "  ", "-", "0", "9", "a", ".", "\t", "and", "AND", "1234567890123456", "é", "+"])
+        )
+        if edit == 1:
+            text = text[:at] + piece + text[at:]
+        elif edit == 2:
+            text = text[:at] + text[at + 1 :]
+        elif edit == 3:
+            text = text[:at] + piece + text[at + 1 :]
+    return text
+
+
+near_between = st.composite(_near_between)
+
+
+@PARITY
+@given(texts=st.lists(near_between(), min_size=1, max_size=20))
+def test_the_numeric_form_read_from_bytes_is_the_patterns(texts: list[str]) -> None:
+    """``read_numeric_form`` accepts exactly the texts ``_NUMERIC_FILTER`` matches whole, and
+    reads each predicate's name, operator and literals as the parsed filter has them."""
+    from routing.matching import kernels as K
+    from routing.matching.language import _NUMERIC_FILTER
+    from routing.matching.numeric_form import read_numeric_form
+
+    ops = {"BETWEEN": K.O_BETWEEN, "EQ": K.O_EQ, "NE": K.O_NE, "LT": K.O_LT, "LE": K.O_LE, "GT": K.O_GT, "GE": K.O_GE}
+    counts, start, end, hashes, op, low, high, buf = read_numeric_form(texts)
+    k = 0
+    for text, n in zip(texts, counts.tolist(), strict=True):
+        assert (n >= 0) == (_NUMERIC_FILTER.fullmatch(text) is not None), text
+        if n < 0:
+            continue
+        predicates = parse_filter(text).predicates
+        assert n == len(predicates)
+        for p in predicates:
+            assert buf[start[k] : end[k]].tobytes().decode() == p.attribute
+            assert int(op[k]) == ops[p.op.name]
+            assert (int(low[k]), int(high[k])) == (p.values[0], p.values[-1])
+            k += 1
+    assert k == len(low) == len(hashes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    groups=st.lists(
+        st.lists(
+            st.tuples(
+                st.integers(0, 2**40),
+                st.one_of(st.integers(-(2**53) + 1, 2**53 - 1), st.sampled_from([-2, -1, 0, 1])),
+                st.one_of(st.integers(-(2**53) + 1, 2**53 - 1), st.sampled_from([-2, -1, 0, 1])),
+            ),
+            max_size=12,
+        ),
+        max_size=20,
+    )
+)
+def test_record_keys_are_the_hashes_of_the_record_tuples(groups: list[list[tuple[int, int, int]]]) -> None:
+    """``numeric_form.hash_records`` computes ``hash`` of each group's record tuples (CPython's tuple
+    and number hashes, -1 included), so a filter read from bytes and the same filter compiled
+    through tuples share their key and their fid."""
+    import numpy as np
+
+    from routing.matching.numeric_form import hash_records, record_keys, tuple_keys
+
+    offs = np.zeros(len(groups) + 1, dtype=np.int64)
+    np.cumsum([len(g) for g in groups], out=offs[1:])
+    flat = [r for g in groups for r in g]
+    codes = np.asarray([r[0] for r in flat], dtype=np.int64)
+    x = np.asarray([float(r[1]) for r in flat], dtype=np.float64)
+    y = np.asarray([float(r[2]) for r in flat], dtype=np.float64)
+    keys = np.empty(len(groups), dtype=np.int64)
+    assert hash_records(offs, codes, x, y, hash(()), keys)
+    expected = [hash(tuple((c, float(a), float(b), ()) for c, a, b in g)) for g in groups]
+    assert keys.tolist() == expected == tuple_keys(offs, codes, x, y)
+    assert record_keys(offs, codes, x, y) == expected
+    if len(x):  # a literal that is no integer: the tuples decide
+        x[0] = 0.5
+        assert not hash_records(offs, codes, x, y, hash(()), keys)
+        assert record_keys(offs, codes, x, y) == tuple_keys(offs, codes, x, y)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_numeric_texts_build_the_index_the_pattern_path_builds(
+    seed: int, mixed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Churn in batches of texts of the numeric form (W1's between texts, Gryphon's equalities and
+    other comparisons, with repeats) applied through the bytes path
+    and, in another index, with the numeric form turned off (every text through the pattern and
+    ``_compile_simple``): once the cuts are made by a common first load, both indexes hold the
+    same arrays (rows and their summaries, fid table, predicate store, keys, members). With texts
+    of other shapes and ``Filter`` objects in the batches (fids then taken in another order),
+    both answer as the oracle."""
+    from routing.matching import index as index_module
+
+    rng = random.Random(seed)
+
+    def predicate(name: str) -> str:
+        low = rng.randrange(-60, 60)
+        if rng.random() < 0.5:
+            return f"{name} between {low} and {low + rng.randrange(50)}"
+        return f"{name} {rng.choice(['=', '=', '!=', '<', '<=', '>', '>='])} {low}"
+
+    def text() -> str:
+        return " and ".join(map(predicate, rng.sample(["a", "b", "c", "d", "e", "f.g"], rng.randrange(1, 5))))
+
+    first = [(f"s{i}", parse_filter(text())) for i in range(400)]  # the cuts: full after this load
+    batches: list[list[Change]] = []
+    live = [sid for sid, _ in first]
+    pool = [text() for _ in range(60)]
+    for round_ in range(8):
+        batch: list[Change] = []
+        for i in range(150):
+            roll = rng.random()
+            if live and roll < 0.45:
+                batch.append((live.pop(rng.randrange(len(live))), None))
+                continue
+            sid = f"c{round_}-{i}"
+            if roll < 0.6:
+                batch.append((sid, rng.choice(pool)))  # a text seen before
+            elif not mixed:
+                batch.append((sid, text()))
+            elif roll < 0.7:
+                batch.append((sid, f"s = 'v{rng.randrange(5)}' and {text()}"))  # another shape
+            elif roll < 0.75:
+                batch.append((sid, parse_filter(text())))
+            else:
+                batch.append((sid, text()))
+            live.append(sid)
+        batches.append(batch)
+
+    def build(fast: bool) -> MatchIndex:
+        if not fast:
+            real = index_module.read_numeric_form
+
+            def none_of_the_form(texts: Sequence[str]):  # type: ignore[no-untyped-def]
+                counts, *rest = real(texts)
+                return (counts * 0 - 1, *rest)
+
+            monkeypatch.setattr(index_module, "read_numeric_form", none_of_the_form)
+        index = MatchIndex(max_cuts=6)
+        index.apply(first)
+        index.flush()
+        for batch in batches:
+            index.apply(batch)
+            index.flush()
+        monkeypatch.undo()
+        return index
+
+    fast, slow = build(True), build(False)
+    if not mixed:
+        a, b = fast.to_arrays(), slow.to_arrays()
+        assert sorted(a) == sorted(b)
+        for name in a:
+            assert np.array_equal(a[name], b[name]), name
+        assert np.array_equal(fast._summary[: fast._n_rows], slow._summary[: slow._n_rows])
+    oracle = BruteForceIndex()
+    oracle.apply(first)
+    for batch in batches:
+        oracle.apply(batch)
+    events = [
+        {n: rng.randrange(-70, 120) for n in ("a", "b", "c", "d", "e", "f.g") if rng.random() < 0.9} for _ in range(60)
+    ]
+    assert fast.match(events).all_ids() == slow.match(events).all_ids() == oracle.match(events).all_ids()
+    assert fast.stats()["distinct_filters"] == slow.stats()["distinct_filters"]

@@ -785,15 +785,21 @@ def test_parsed_predicates_are_shared_but_kinds_stay_apart() -> None:
 # --------------------------------------------------------------------------------------------
 
 
+_NUMERIC_OPS = frozenset({Op.BETWEEN, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
+
+
 def _check_validation(text: str) -> None:
     """``validate_filter`` raises exactly what ``parse_filter`` raises (or neither raises), and its
     pattern accepts exactly what the simple path parses."""
-    from routing.matching.language import _BETWEEN_FILTER, _SIMPLE_FILTER, _parse_simple, validate_filter
+    from routing.matching.language import _NUMERIC_FILTER, _SIMPLE_FILTER, _parse_simple, validate_filter
+    from routing.matching.numeric_form import read_numeric_form
 
     assert (_SIMPLE_FILTER.fullmatch(text) is not None) == (_parse_simple(text) is not None), text
-    if _BETWEEN_FILTER.fullmatch(text) is not None:  # the between form is a part of the simple shapes
+    numeric = _NUMERIC_FILTER.fullmatch(text) is not None
+    assert (read_numeric_form([text])[0][0] >= 0) == numeric, text  # the bytes reader is the pattern
+    if numeric:  # the numeric form is a part of the simple shapes
         assert _SIMPLE_FILTER.fullmatch(text) is not None, text
-        assert all(p.op is Op.BETWEEN for p in parse_filter(text).predicates), text
+        assert all(p.op in _NUMERIC_OPS and p._kind is Kind.NUMBER for p in parse_filter(text).predicates), text
     try:
         parse_filter(text)
     except (FilterError, ValueError) as error:
@@ -830,8 +836,8 @@ _BETWEEN_LITERAL = st.one_of(
 
 @st.composite
 def _between_near_misses(draw: st.DrawFn) -> str:
-    """Texts of the between form (``name between low and high and ...``) and near misses: other
-    names, literals, keywords and gaps in its places."""
+    """Texts of the numeric form (``name between low and high and name op literal ...``) and near
+    misses: other names, literals, operators, keywords and gaps in its places."""
 
     def pick(options: list[str]) -> str:
         return draw(st.sampled_from(options))
@@ -840,6 +846,10 @@ def _between_near_misses(draw: st.DrawFn) -> str:
     for k in range(draw(st.integers(1, 4))):
         if k:
             parts += [draw(_BETWEEN_GAP), pick(["and"] * 6 + ["AND", "or"]), draw(_BETWEEN_GAP)]
+        if draw(st.booleans()):  # a comparison
+            ops = ["=", "!=", "<", "<=", ">", ">=", "==", "=<", "<>", "!", "between"]
+            parts += [draw(_BETWEEN_NAME), draw(_BETWEEN_GAP), pick(ops), draw(_BETWEEN_GAP), draw(_BETWEEN_LITERAL)]
+            continue
         parts += [draw(_BETWEEN_NAME), draw(_BETWEEN_GAP), pick(["between"] * 6 + ["Between", "<"])]
         parts += [draw(_BETWEEN_GAP), draw(_BETWEEN_LITERAL), draw(_BETWEEN_GAP), pick(["and"] * 6 + ["AND"])]
         parts += [draw(_BETWEEN_GAP), draw(_BETWEEN_LITERAL)]
@@ -849,11 +859,11 @@ def _between_near_misses(draw: st.DrawFn) -> str:
 @settings(max_examples=1500, deadline=None)
 @given(_between_near_misses())
 def test_validation_of_between_near_misses(text: str) -> None:
-    """Validated as the parser decides; the between pattern accepts only texts that the simple
-    path parses, each predicate a ``between``."""
-    from routing.matching.language import _BETWEEN_FILTER
+    """Validated as the parser decides; the numeric pattern (and the bytes reader) accepts only
+    texts that the simple path parses, each predicate a ``between`` or comparison of numbers."""
+    from routing.matching.language import _NUMERIC_FILTER
 
-    event(f"between form: {_BETWEEN_FILTER.fullmatch(text) is not None}")
+    event(f"numeric form: {_NUMERIC_FILTER.fullmatch(text) is not None}")
     _check_validation(text)
 
 

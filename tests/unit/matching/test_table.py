@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from routing.matching.index import BruteForceIndex
 from routing.matching.language import Filter, parse_filter
-from routing.matching.table import IndexReplica, SubscriptionRecord, SubscriptionTable, plan_change
+from routing.matching.table import IndexReplica, SubscriptionRecord, SubscriptionTable, plan_change, plan_changes
 from streaming.subscription_store import TableStore
 from tests.strategies import INDEX_IDS, index_events, index_filters
 
@@ -49,6 +49,27 @@ def test_plan_change(record: SubscriptionRecord, change: object, code: str | Non
     assert outcome.change == change
     assert (outcome.rejection[0] if outcome.rejection else None) == code
     assert outcome.skipped == skipped
+
+
+def test_plan_changes_decides_as_plan_change_one_by_one() -> None:
+    """A batch (the between form read from bytes, other shapes, bad texts one edit from the form,
+    non-ASCII, every other kind of record) is planned as ``plan_change`` plans each record."""
+    texts = [
+        "a between 1 and 5 and b between -2 and 0",
+        "a between 1 and 5 and",
+        "a between 1234567890123456 and 1",
+        "a between 1 and 5 and b  between 3 and 4",
+        "é between 1 and 2",
+        "price < 120 and symbol = 'IBM'",
+        "x <",
+        "a between 'x' and 'y'",
+        "",
+    ]
+    records = [_sub(filter=t, subscription_id=f"s{i}") for i, t in enumerate(texts)]
+    records += [_sub(op="unsubscribe"), SubscriptionRecord(key="s9", tombstone=True), _sub(error_code="bad_framing")]
+    records += [_sub(composite='{"op": "or", "children": ["x = 1"]}'), _sub()]
+    assert plan_changes(records) == [plan_change(r) for r in records]
+    assert sum(o.change is not None for o in plan_changes(records)) >= 4
 
 
 def test_a_rejected_filter_carries_the_parsers_message() -> None:
@@ -146,9 +167,13 @@ def test_replicas_synced_at_any_point_match_like_the_oracle_over_the_table(
             table.snapshot()
             snapshot, base_version = dict(table.filters), table.version
         frozen = dict(snapshot)
-        for replica, syncs in zip(replicas, who_syncs, strict=True):
-            if syncs:
-                replica.sync(base_version, lambda f=frozen: f.items(), table.deltas(after=base_version), table.version)
+        for i, (replica, syncs) in enumerate(zip(replicas, who_syncs, strict=True)):
+            if syncs:  # the last replica takes the deltas as an iterator (read one by one)
+                deltas = table.deltas(after=base_version)
+                replica.sync(
+                    base_version, lambda f=frozen: f.items(), iter(deltas) if i == 2 else deltas, table.version
+                )
+                assert replica._filters == dict(table.filters)
     oracle = BruteForceIndex()
     for sid, text in table.filters.items():
         oracle.add(sid, parse_filter(text))
@@ -156,6 +181,7 @@ def test_replicas_synced_at_any_point_match_like_the_oracle_over_the_table(
     for replica in replicas:
         replica.sync(base_version, lambda: snapshot.items(), table.deltas(after=base_version), table.version)
         assert replica.version == table.version
+        assert replica._filters == dict(table.filters)
         assert replica.index.match(events).all_ids() == expected
 
 
