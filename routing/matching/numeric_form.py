@@ -50,7 +50,6 @@ __all__ = [
 _B_BETWEEN = np.frombuffer(b"between ", dtype=np.uint8)
 _B_AND = np.frombuffer(b" and ", dtype=np.uint8)
 _FNV_OFFSET, _FNV_PRIME = np.uint64(14695981039346656037), np.uint64(1099511628211)
-_SHORTEST: Final = len("a = 0")  # bytes of the shortest predicate
 
 
 @njit(cache=True, inline="always")
@@ -123,8 +122,8 @@ def numeric_predicates(buf, starts, ends, counts, name_start, name_end, name_has
     pattern's only way through. The predicates of the texts of the form are numbered in text
     order; predicate ``k``'s name is ``buf[name_start[k] : name_end[k]]`` with FNV-1a hash
     ``name_hash[k]``, its operator ``ops[k]`` (an ``O_*`` code), its literals ``low[k]`` and
-    ``high[k]`` (equal but for ``between``). The predicates' arrays need room for
-    ``len(buf) // 5 + 1``. Returns the number of predicates.
+    ``high[k]`` (equal but for ``between``). The predicates' arrays need room for the texts'
+    predicates (a text with more is read as not of the form). Returns the number of predicates.
     """
     k = 0
     for i in range(starts.shape[0]):
@@ -201,7 +200,7 @@ def read_numeric_form(
     ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
     starts = np.zeros_like(ends)
     starts[1:] = ends[:-1]
-    room = len(buf) // _SHORTEST + 1
+    room = joined.count(" and ") + len(texts) + 1  # a text's predicates: its separators and one
     counts = np.empty(len(texts), dtype=np.int64)
     start, end, ops, low, high = (np.empty(room, dtype=np.int64) for _ in range(5))
     hashes = np.empty(room, dtype=np.uint64)
