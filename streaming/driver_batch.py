@@ -631,7 +631,7 @@ class DriverBatch(ABC):
         if wanted:
             if self._consumer is None:
                 settings = {
-                    "group.id": f"siftstream-{self.job}-driver",  # assign() only: no group, no commits
+                    "group.id": "siftstream-reader",  # assign() only, nothing committed (a group the jobs may use)
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
                     "enable.partition.eof": True,
