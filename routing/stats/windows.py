@@ -142,9 +142,13 @@ class RollingWindow(Generic[T]):
         self._merged.clear()
         oldest = newest - self._retain + 1
         self._oldest = oldest if self._oldest is None else max(self._oldest, oldest)
+        self._drop(lambda b: b < oldest)
+
+    def _drop(self, gone: Callable[[int], bool]) -> None:
+        """Drop every key's buckets ``b`` with ``gone(b)``, and the keys left without any."""
         for key in list(self._data):
             ring = self._data[key]
-            for b in [b for b in ring if b < oldest]:
+            for b in [b for b in ring if gone(b)]:
                 del ring[b]
             if not ring:
                 del self._data[key]
@@ -261,12 +265,7 @@ class RollingWindow(Generic[T]):
             return
         self._oldest = bucket
         self._merged.clear()
-        for key in list(self._data):
-            ring = self._data[key]
-            for b in [b for b in ring if b < bucket]:
-                del ring[b]
-            if not ring:
-                del self._data[key]
+        self._drop(lambda b: b < bucket)
 
     def _state(self, buckets: set[int] | None) -> State:
         """``to_state``'s arrays over the buckets in ``buckets`` (all when None)."""
@@ -372,12 +371,7 @@ class RollingWindow(Generic[T]):
         if bool(changes["has_floor"][0]):
             self.drop_before(int(changes["floor"][0]))
         touched = {int(b) for b in changes["touched"]}
-        for key in list(self._data):
-            ring = self._data[key]
-            for b in [b for b in ring if b in touched]:
-                del ring[b]
-            if not ring:
-                del self._data[key]
+        self._drop(lambda b: b in touched)
         self._load_items(changes)
         self._merged.clear()
         self._dirty_floor = None  # this window is now the saved one: no changes since
