@@ -121,6 +121,11 @@ def build_session(cfg: SparkConfig, jars: JarSets) -> SparkSession:
         # read of the environment; docs/decisions/spark-session-settings.md). It only serves TIME
         # columns, which no SiftStream schema has.
         "spark.sql.types.framework.enabled": "false",
+        # file:// paths (the local checkpoints) without Hadoop's .crc side files: every trigger
+        # writes an offset-log and a commit-log entry, and each went through a checksummed write
+        # and rename of two files; about half of their time (docs/decisions/spark-session-settings.md)
+        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
         # Spark's generated code for decode-and-validate exceeds HotSpot's 8,000-byte limit for
         # JIT-compiling a method; without this flag it runs in the bytecode interpreter. ParallelGC:
         # throughput over pause times for micro-batches (docs/decisions/spark-session-settings.md)
