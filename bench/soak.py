@@ -15,8 +15,12 @@ What it runs:
    ``--jobs`` (default every job serve runs), ``--trigger-interval``, and
    ``--max-offsets-per-trigger`` (default twice one trigger's volume at ``--rate``, so a steady
    load fits one batch and a backlog is worked off in bounded batches), any ``--serve-option``
-   (e.g. one job's own trigger or cap), ``/metrics`` on ``--http-port``, no dashboard. The load
-   starts once every job has committed a batch and caught up with the subscriptions.
+   (e.g. one job's own trigger or cap), ``/metrics`` on ``--http-port``, no dashboard. Once
+   every job has committed a batch and caught up with the subscriptions, ``--warmup-s`` seconds'
+   worth of events at ``--rate`` (ids ``w<sequence>``, :func:`warm_up`) are published at once and
+   the bench waits until every job has caught up with them too, so that the event path's first
+   batches (the Python workers' start, the first QoS window) fall before the load; the reader
+   counts no ``w`` event. Then the load starts.
 4. **The load.** A publisher process sends Gryphon events at ``--rate`` events/s for
    ``--minutes``, ``--burst-factor`` times that for ``--burst-minutes`` from ``--burst-at``
    (default minute 10, or a third of a shorter run), each with ``event_id`` ``s<sequence>`` and
@@ -446,6 +450,34 @@ def publisher(
     result.put({"sent": seq, "failed": report.failed, "errors": report.errors, "seconds": time.monotonic() - start})
 
 
+def warm_up(bootstrap: str, topic: str, params: dict[str, Any], n: int, chunk: int) -> tuple[int, int]:
+    """Send ``n`` Gryphon events with ids ``w0`` .. ``w<n-1>`` and ``published_at`` = now, in
+    chunks of ``chunk``, as fast as the producer takes them (module docstring, step 3); (sent,
+    failed) once flushed. ``event_seq`` reads no ``w`` id, so they count in no verdict."""
+    import dataclasses
+
+    from infra.connection import KafkaConnection
+    from producers.columns import Text
+    from producers.kafka_writer import KafkaWriter
+    from producers.workloads import GryphonWorkload
+
+    w = GryphonWorkload(**params)
+    writer = KafkaWriter(KafkaConnection(bootstrap), **{"linger.ms": 5})
+    seq = 0
+    while seq < n:
+        cols = w.columns(min(chunk, n - seq))
+        m = len(cols)
+        cols = dataclasses.replace(
+            cols,
+            event_id=Text(("w", np.arange(seq, seq + m, dtype=np.int64))),
+            published_at=np.full(m, int(time.time() * 1000), np.int64),
+        )
+        writer.send_many(topic, cols.keys(), cols.avro())
+        seq += m
+    report = writer.flush(120)
+    return seq, report.failed
+
+
 # ---- reading the outputs ----------------------------------------------------------------------
 
 
@@ -582,7 +614,9 @@ class Reader:
                     match_ms.append(ts - published_at)
                 elif value[:_HEAD] == self.channel_fp:
                     for raw in channel_events(value):
-                        channel_ms.append(ts - record_head(raw)[1])
+                        eid, published_at = record_head(raw)
+                        if event_seq(eid) is not None:  # not a warm-up event
+                            channel_ms.append(ts - published_at)
             if match_ms or channel_ms:
                 with self._lock:
                     self._match_ms.extend(match_ms)
@@ -694,6 +728,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--broker-heap", default="512m", help="each broker's JVM heap (default: %(default)s)")
     ap.add_argument("--drain-s", type=float, default=300, help="longest wait for the backlog after the load")
     ap.add_argument("--startup-s", type=float, default=600, help="longest wait for serve to catch up before the load")
+    ap.add_argument(
+        "--warmup-s",
+        type=float,
+        default=30,
+        help="seconds of events at --rate sent and worked off before the load, 0 = none (default: %(default)s)",
+    )
     ap.add_argument("--flat-mb-per-min", type=float, default=2.0, help="memory slope bound (default: %(default)s)")
     ap.add_argument("--baseline-minutes", type=float, default=3.0, help="pre-burst window for the lag level")
     ap.add_argument("--recover-within-min", type=float, default=5.0, help="recovery bound (default: %(default)s)")
@@ -705,6 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.minutes, args.rate, args.interval_s, args.burst_minutes = 2.0, 2_000.0, 20.0, 0.5
         args.subscriptions, args.baseline_minutes, args.recover_within_min = 2_000, 0.5, 1.0
+        args.warmup_s = min(args.warmup_s, 10.0)
     jobs = [j for j in args.jobs.split(",") if j]
     max_offsets = args.max_offsets_per_trigger or int(2 * args.rate * args.trigger_interval)
     b0, b1 = burst_window(args.minutes, args.burst_minutes, args.burst_at)
@@ -766,16 +807,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = f"http://127.0.0.1:{args.http_port}/metrics"
         started = time.monotonic()
         ready = _readiness(conn, work / "home" / "checkpoints", prefix, jobs)
-        while True:  # every job committed a batch and caught up (its checkpoint: serve's gauges start at 0)
-            if serve_proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {serve_proc.returncode}; see {work / 'serve.log'}")
-            behind = ready()
-            if not behind:
-                break
-            if time.monotonic() - started > args.startup_s:
-                raise RuntimeError(f"serve did not catch up within {args.startup_s:g} s: {behind}")
-            time.sleep(2)
-        print(f"serve ready in {time.monotonic() - started:.0f} s: every job committed and caught up", flush=True)
+
+        def wait_ready(what: str) -> None:  # every job committed and caught up (its checkpoint)
+            since = time.monotonic()
+            while True:
+                assert serve_proc is not None
+                if serve_proc.poll() is not None:
+                    raise RuntimeError(f"serve exited with {serve_proc.returncode}; see {work / 'serve.log'}")
+                behind = ready()
+                if not behind:
+                    break
+                if time.monotonic() - since > args.startup_s:
+                    raise RuntimeError(f"serve did not catch up with {what} within {args.startup_s:g} s: {behind}")
+                time.sleep(2)
+            print(f"serve caught up with {what} in {time.monotonic() - since:.0f} s", flush=True)
+
+        wait_ready("the subscriptions")
+        n_warm = int(args.rate * args.warmup_s)
+        if n_warm > 0:
+            warm_sent, warm_failed = warm_up(
+                conn.bootstrap_servers, prefix + EVENTS_TOPIC, dict(w.params), n_warm, max(1, int(args.rate / 20))
+            )
+            print(f"warm-up: {warm_sent:,} events w0.. sent ({warm_failed:,} failed)", flush=True)
+            wait_ready(f"the {warm_sent:,} warm-up events")
+        print(f"serve ready in {time.monotonic() - started:.0f} s", flush=True)
 
         import multiprocessing
 
