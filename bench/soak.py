@@ -406,16 +406,25 @@ def serve_memory(parents: Mapping[int, tuple[int, str]], serve_pid: int, rss: An
 # ---- the load ---------------------------------------------------------------------------------
 
 
+def _stamped(cols: Any, letter: str, seq: int) -> Any:
+    """``cols`` (event columns) with ids ``<letter><seq>`` .. in order and ``published_at`` = now."""
+    from producers.columns import Text
+
+    n = len(cols)
+    return dataclasses.replace(
+        cols,
+        event_id=Text((letter, np.arange(seq, seq + n, dtype=np.int64))),
+        published_at=np.full(n, int(time.time() * 1000), np.int64),
+    )
+
+
 def publisher(
     bootstrap: str, topic: str, params: dict[str, Any], schedule: Schedule, sent: Any, stop: Any, result: Any
 ) -> None:
     """Publish ``schedule`` (module docstring, step 4): a pool of pre-drawn Gryphon event columns is
     cycled, each chunk sent with fresh ids ``s<sequence>`` and ``published_at`` = now; ``sent``
     (a shared counter) follows the sequence; the final counts go to ``result`` (a queue)."""
-    import dataclasses
-
     from infra.connection import KafkaConnection
-    from producers.columns import Text
     from producers.kafka_writer import KafkaWriter
     from producers.workloads import GryphonWorkload
 
@@ -435,14 +444,9 @@ def publisher(
         if seq >= due:
             time.sleep(0.01)
             continue
-        cols = pool[i % len(pool)]  # whole chunks: at most one chunk ahead of the schedule
+        cols = _stamped(pool[i % len(pool)], "s", seq)  # whole chunks: at most one chunk ahead of the schedule
         i += 1
         n = len(cols)
-        cols = dataclasses.replace(
-            cols,
-            event_id=Text(("s", np.arange(seq, seq + n, dtype=np.int64))),
-            published_at=np.full(n, int(time.time() * 1000), np.int64),
-        )
         writer.send_many(topic, cols.keys(), cols.avro())
         seq += n
         sent.value = seq
@@ -454,10 +458,7 @@ def warm_up(bootstrap: str, topic: str, params: dict[str, Any], n: int, chunk: i
     """Send ``n`` Gryphon events with ids ``w0`` .. ``w<n-1>`` and ``published_at`` = now, in
     chunks of ``chunk``, as fast as the producer takes them (module docstring, step 3); (sent,
     failed) once flushed. ``event_seq`` reads no ``w`` id, so they count in no verdict."""
-    import dataclasses
-
     from infra.connection import KafkaConnection
-    from producers.columns import Text
     from producers.kafka_writer import KafkaWriter
     from producers.workloads import GryphonWorkload
 
@@ -465,15 +466,9 @@ def warm_up(bootstrap: str, topic: str, params: dict[str, Any], n: int, chunk: i
     writer = KafkaWriter(KafkaConnection(bootstrap), **{"linger.ms": 5})
     seq = 0
     while seq < n:
-        cols = w.columns(min(chunk, n - seq))
-        m = len(cols)
-        cols = dataclasses.replace(
-            cols,
-            event_id=Text(("w", np.arange(seq, seq + m, dtype=np.int64))),
-            published_at=np.full(m, int(time.time() * 1000), np.int64),
-        )
+        cols = _stamped(w.columns(min(chunk, n - seq)), "w", seq)
         writer.send_many(topic, cols.keys(), cols.avro())
-        seq += m
+        seq += len(cols)
     report = writer.flush(120)
     return seq, report.failed
 

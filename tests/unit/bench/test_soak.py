@@ -11,6 +11,7 @@ import pytest
 
 from bench.soak import (
     Schedule,
+    _stamped,
     baseline_lag,
     burst_window,
     channel_events,
@@ -194,3 +195,20 @@ def test_record_heads_and_channel_records_read_as_the_codecs_wrote_them() -> Non
         None,
         None,
     )
+
+
+def test_stamped_events_carry_the_ids_the_reader_counts_and_the_send_time() -> None:
+    import time
+
+    from bench.matching_e2e import workload
+    from producers.workloads import GryphonWorkload
+
+    w = GryphonWorkload(**dict(workload(200, 0.88).params))
+    before = int(time.time() * 1000)
+    load, warm = _stamped(w.columns(4), "s", 40), _stamped(w.columns(3), "w", 0)
+    heads = [record_head(codec_for("Event").encode(r)) for r in load.records()]
+    assert [event_seq(eid) for eid, _ in heads] == [40, 41, 42, 43]
+    assert all(before <= at <= int(time.time() * 1000) for _, at in heads)
+    warm_ids = [record_head(codec_for("Event").encode(r))[0] for r in warm.records()]
+    assert warm_ids == [b"w0", b"w1", b"w2"]
+    assert [event_seq(eid) for eid in warm_ids] == [None, None, None]
