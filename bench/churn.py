@@ -13,8 +13,9 @@ Workloads (printed with the numbers):
 with a new filter text, in micro-batches of ``--batch`` operations (default 5,000). Each batch
 takes the matching job's path: ``SubscriptionRecord`` values (decoded records) ->
 ``plan_changes`` (every filter parsed to validate it) -> ``SubscriptionTable.apply`` (a snapshot
-when ``due_for_snapshot``, as the job's shipper then broadcasts a new base) -> ``IndexReplica.sync``
-(the worker's side: the deltas, or the new base, parsed again and applied to the ``MatchIndex``)
+when ``due_for_snapshot``, as the job's shipper then broadcasts a new base and the bridge to it)
+-> ``IndexReplica.sync`` (the worker's side: the deltas, across a new base by the bridge, parsed
+again and applied to the ``MatchIndex``)
 -> ``flush`` (the bit work, which the batch's first match would do). The driver's and the
 worker's sides run in separate processes in the job, so each is timed apart (CPU seconds of
 this process, ``time.process_time``), and their sum is the one-core total. A 64-event match
@@ -37,6 +38,11 @@ do): the save (``to_arrays``, then the file written), a new replica's first ``sy
 and applies what differs from the snapshot (nothing here), its flush and first match, in wall
 seconds (the load reads the file) and CPU seconds; the loaded index answers 64 events as the
 built one does.
+
+**Replica memory** (``--replica-memory N``, off by default): a worker's replica built from a
+snapshot of N W1 texts, then the snapshot dropped, as a worker drops a broadcast once a new base
+replaces it: the process's resident set (``VmRSS``) over its baseline, per subscription, with the
+snapshot, with both, and with the replica alone.
 
 Run: ``.venv/bin/python bench/churn.py`` (``--quick`` for a smoke run; ``--workloads w1`` for
 one). Readings: docs/results/matching.md.
@@ -62,7 +68,7 @@ from bench.matching import churn_changes, w1_events
 from producers.workloads import GryphonWorkload
 from routing.matching.collector import collector_paused
 from routing.matching.index import BruteForceIndex, EventBatch, MatchIndex
-from routing.matching.table import IndexReplica, SubscriptionRecord, SubscriptionTable, plan_changes
+from routing.matching.table import Delta, IndexReplica, SubscriptionRecord, SubscriptionTable, plan_changes
 
 DOMAIN = 10**6
 
@@ -101,6 +107,7 @@ class Job:
         self.replica = IndexReplica(freeze_first_build=False)
         self.base: dict[str, str] = {}
         self.base_version = 0
+        self.bridge: tuple[int, tuple[Delta, ...]] = (0, ())
         self.driver_s = self.worker_s = self.flush_s = 0.0
         self.snapshots = 0
 
@@ -110,13 +117,15 @@ class Job:
         self.table.apply(changes)
         if self.table.due_for_snapshot():
             self.table.snapshot()
-        if self.table.base_version > self.base_version:  # the shipper broadcasts a new base
-            self.base, self.base_version = dict(self.table.filters), self.table.version
+        if self.table.base_version > self.base_version:  # the shipper broadcasts a new base and its bridge
+            start, bridge = self.table.bridge()
+            self.base, self.bridge = dict(self.table.filters), (start, bridge + self.table.deltas())
+            self.base_version = self.table.version
             self.snapshots += 1
         deltas = self.table.deltas(after=self.base_version)
         t1 = time.process_time()
-        base = self.base
-        self.replica.sync(self.base_version, lambda: base.items(), deltas, self.table.version)
+        base, (start, bridge) = self.base, self.bridge
+        self.replica.sync(self.base_version, lambda: base.items(), deltas, self.table.version, (start, lambda: bridge))
         t2 = time.process_time()
         self.replica.index.flush()
         t3 = time.process_time()
@@ -181,7 +190,8 @@ def bench_churn(
         f"   {name}: {live_n:,} live (loaded in {load_s:.1f} s of CPU), {ops:,} operations in batches of {batch:,}: "
         f"{ops / total:,.0f} operations/s on one core (driver {ops / job.driver_s:,.0f}/s: plan_changes + table; "
         f"worker {ops / (job.worker_s + job.flush_s):,.0f}/s: sync {job.worker_s:.2f} s + flush {job.flush_s:.2f} s); "
-        f"{job.snapshots} new bases, {job.replica.rebuilds - rebuilds} loaded by the replica"
+        f"{job.snapshots} new bases, {job.replica.rebuilds - rebuilds} loaded by the replica, "
+        f"{job.replica.bridges} crossed by a bridge"
     )
     index = job.replica.index
     assert isinstance(index, MatchIndex)
@@ -315,6 +325,42 @@ def bench_cold(n: int) -> None:
     )
 
 
+def _resident_bytes() -> int:
+    """This process's resident set (``VmRSS``), in bytes."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS"))
+
+
+def bench_replica_memory(n: int) -> None:
+    """A worker replica's resident memory per subscription: built from a snapshot of ``n`` W1
+    texts, flushed and matched, then the snapshot dropped (as a worker drops a broadcast that a
+    new base replaced); ``VmRSS`` over the resident set before the texts were made."""
+    warm = MatchIndex()  # the kernels compiled before the baseline
+    warm.apply([("w", w1_texts(1, 0)[0])])
+    warm.match(w1_events(2, 0))
+    del warm
+    gc.collect()
+    r0 = _resident_bytes()
+    held = [{f"s{i}": text for i, text in enumerate(w1_texts(n, 21))}]  # the broadcast's value
+    r1 = _resident_bytes()
+    replica = IndexReplica()
+    replica.sync(1, lambda: held[0].items(), (), 1)
+    replica.index.flush()
+    replica.index.match(w1_events(4, 3))
+    gc.collect()
+    r2 = _resident_bytes()
+    held.clear()
+    gc.collect()
+    r3 = _resident_bytes()
+    index = replica.index
+    assert isinstance(index, MatchIndex)
+    print(
+        f"   replica memory, {n:,} W1 (VmRSS over the baseline, B/subscription): snapshot {(r1 - r0) / n:,.0f}; "
+        f"snapshot and replica {(r2 - r0) / n:,.0f}; the replica once the snapshot is dropped {(r3 - r0) / n:,.0f} "
+        f"(its index's arrays and maps {index.memory_bytes() / n:,.0f})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--live", type=int, default=100_000, help="live subscriptions before the churn")
@@ -324,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=2_000, help="W1 events matched after the churn")
     ap.add_argument("--repeat", type=int, default=3, help="passes of each match timing")
     ap.add_argument("--cold", type=int, default=0, help="W1 subscriptions of the cold start (0: skip it)")
+    ap.add_argument("--replica-memory", type=int, default=0, help="W1 subscriptions of the replica memory (0: skip)")
     ap.add_argument("--quick", action="store_true", help="10,000 live, 20,000 operations, 200 events")
     args: Any = ap.parse_args(argv)
     if args.quick:
@@ -341,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_churn("Gryphon 0.88", gryphon_texts(need, 7), args.live, args.ops, args.batch, None, args.repeat)
     if args.cold:
         bench_cold(args.cold)
+    if args.replica_memory:
+        bench_replica_memory(args.replica_memory)
     return 0
 
 

@@ -6,8 +6,9 @@ match -> encode:
 1. brings the worker's ``IndexReplica`` up to the table version that the driver shipped with
    this micro-batch (``ShipState``): replicas live in this module, one per job, so they survive
    from task to task and from batch to batch in a reused Python worker, and only the deltas since
-   the worker's last batch are applied; a new worker rebuilds from the snapshot broadcast (a
-   broadcast is fetched from the driver only by the workers that read its value);
+   the worker's last batch are applied, across a new base by the bridge broadcast; a new worker
+   rebuilds from the snapshot broadcast (a broadcast is fetched from the driver only by the
+   workers that read its value);
 2. decodes the batch's values as ``Event`` records (``schemas.event_records.decode_rows``), so
    every row gets the validation job's verdict and reason, and the good rows' attributes become
    ``EventBatch`` columns;
@@ -119,6 +120,11 @@ class ShipState:
         ``streaming.subscription_store.CompiledIndexFolder``): a new worker loads the latest one
         instead of compiling every filter of the snapshot, and a worker that built its index
         saves it there once its task's rows are out. None: every new worker compiles the snapshot.
+    bridge_version, bridge : int, object
+        ``bridge.value`` (a Spark broadcast on a cluster) holds the table's changes over
+        ``(bridge_version, base_version]`` (``SubscriptionTable.bridge``): a worker whose replica
+        is at a version from ``bridge_version`` on reaches the new base by them and never reads
+        ``base``. None: no bridge (a replica behind the base reads the snapshot).
     """
 
     job: str
@@ -130,6 +136,8 @@ class ShipState:
     counters: Any = None
     delivery: DeliveryShip | None = None
     compiled_dir: str | None = None
+    bridge_version: int = 0
+    bridge: Any = None
 
 
 _REPLICAS: OrderedDict[str, IndexReplica] = OrderedDict()
@@ -150,7 +158,8 @@ def replica_for(ship: ShipState) -> IndexReplica:
         while len(_REPLICAS) > _MAX_REPLICAS:
             _REPLICAS.popitem(last=False)
     _REPLICAS.move_to_end(ship.job)
-    replica.sync(ship.base_version, lambda: ship.base.value.items(), ship.deltas, ship.version)
+    bridge = None if ship.bridge is None else (ship.bridge_version, lambda: ship.bridge.value)
+    replica.sync(ship.base_version, lambda: ship.base.value.items(), ship.deltas, ship.version, bridge)
     return replica
 
 

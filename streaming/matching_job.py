@@ -379,27 +379,33 @@ class _Sums:
 
 
 class _Shipper:
-    """Driver side of shipping the table: one snapshot broadcast, renewed when the table rebases."""
+    """Driver side of shipping the table: a snapshot broadcast, and a bridge broadcast (the
+    table's changes from its previous base to the snapshot), both renewed when the table rebases;
+    workers that follow the table cross the new base by the bridge, new ones read the snapshot."""
 
     def __init__(self, spark: SparkSession, job: str, index_kind: str, compiled_dir: str | None = None) -> None:
         self._sc = spark.sparkContext
         self._job, self._kind, self._compiled_dir = job, index_kind, compiled_dir
-        self._broadcast: Any = None
+        self._broadcasts: tuple[Any, Any] = (None, None)  # the snapshot's, the bridge's (None: empty)
         self._base_version: int | None = None
+        self._bridge_version = 0
 
     def ship(self, table: SubscriptionTable) -> Any:
         from streaming.arrow_matching import ShipState
 
         if self._base_version is None or table.base_version > self._base_version:
-            old = self._broadcast
-            self._broadcast = self._sc.broadcast(dict(table.filters))
+            old = self._broadcasts
+            self._bridge_version, bridge = table.bridge()
+            bridge += table.deltas()  # over (previous base, version]: the new snapshot is at version
+            self._broadcasts = (self._sc.broadcast(dict(table.filters)), self._sc.broadcast(bridge) if bridge else None)
             self._base_version = table.version
-            if old is not None:
-                old.unpersist(blocking=False)
+            for broadcast in old:
+                if broadcast is not None:
+                    broadcast.unpersist(blocking=False)
         deltas = table.deltas(after=self._base_version)
         return ShipState(
-            self._job, self._kind, self._base_version, self._broadcast, deltas, table.version,
-            compiled_dir=self._compiled_dir,
+            self._job, self._kind, self._base_version, self._broadcasts[0], deltas, table.version,
+            compiled_dir=self._compiled_dir, bridge_version=self._bridge_version, bridge=self._broadcasts[1],
         )  # fmt: skip
 
 

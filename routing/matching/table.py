@@ -6,11 +6,12 @@ subscriptions. The matching job turns it into the set of active atomic filters i
 1. ``plan_change`` decides what one record does (a change, a rejection with its reason, or
    nothing) from the record alone;
 2. ``SubscriptionTable`` holds ``subscription id -> filter text``; every effective change gets the
-   next version number, and the table remembers the changes since its last snapshot (its base), so
-   a reader that is a few versions behind can catch up from those deltas alone;
-3. ``IndexReplica`` keeps a ``MatchIndex`` equal to the table at some version: it catches up from
-   the deltas, or loads a snapshot when it is new, too far behind, or ahead (a reader of another
-   run), applying only what differs from the subscriptions it holds.
+   next version number, and the table remembers the changes since its last snapshot (its base),
+   and those of the generation before it (its bridge), so a reader that is behind by up to two
+   generations can catch up from deltas alone;
+3. ``IndexReplica`` keeps a ``MatchIndex`` equal to the table at some version, without the filter
+   texts: it catches up from the deltas (across a new base by the bridge), or loads a snapshot
+   when it is new, behind the bridge, or ahead (a reader of another run).
 
 What a record does (``plan_change``)
 ------------------------------------
@@ -48,19 +49,20 @@ invalid_filter filter at position 3: expected a literal (number, 'string', true 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, islice, repeat
-from operator import is_, itemgetter, ne
+from itertools import compress, islice
+from operator import itemgetter, ne
 from types import MappingProxyType
 from typing import Protocol, cast
 
 from routing.matching.collector import collector_paused
-from routing.matching.index import BruteForceIndex, MatchIndex, _consume
+from routing.matching.index import BruteForceIndex, MatchIndex
 from routing.matching.language import FilterError, validate_filter
 from routing.matching.numeric_form import read_numeric_form
 
 __all__ = [
+    "Bridge",
     "Change",
     "CompiledStore",
     "Delta",
@@ -186,6 +188,7 @@ class SubscriptionTable:
         self._deltas: list[Delta] = []
         self._version = 0
         self._base_version = 0
+        self._bridge: tuple[int, tuple[Delta, ...]] = (0, ())  # the deltas of the previous generation
         self._rebase_min = rebase_min
         self._rebase_fraction = rebase_fraction
 
@@ -197,6 +200,7 @@ class SubscriptionTable:
         table = cls(rebase_min, rebase_fraction)
         table._filters = dict(filters)
         table._version = table._base_version = version
+        table._bridge = (version, ())
         return table
 
     @property
@@ -253,9 +257,25 @@ class SubscriptionTable:
         return n >= self._rebase_min and n >= self._rebase_fraction * len(self._filters)
 
     def snapshot(self) -> None:
-        """Make the current state the base: forget the deltas."""
-        self._deltas.clear()
+        """Make the current state the base: its deltas become the ``bridge`` to it, and the bridge
+        before them is forgotten. A snapshot with no change since the base changes nothing."""
+        if not self._deltas:
+            return
+        self._bridge = (self._base_version, tuple(self._deltas))
+        self._deltas = []
         self._base_version = self._version
+
+    def bridge(self) -> tuple[int, tuple[Delta, ...]]:
+        """``(previous base version, the deltas over (previous base, base_version])``: the changes
+        of the generation before the last snapshot, which take a reader at any version from the
+        previous base on to the base without the snapshot (``IndexReplica.sync``'s ``bridge``).
+
+        >>> table = SubscriptionTable(rebase_min=1)
+        >>> table.apply([("a", "x = 1")]); table.snapshot(); table.apply([("a", None), ("b", "y = 2")])
+        >>> table.snapshot(); table.bridge()
+        (1, ((2, 'a', None), (3, 'b', 'y = 2')))
+        """
+        return self._bridge
 
 
 class CompiledStore(Protocol):
@@ -272,6 +292,11 @@ class CompiledStore(Protocol):
     def save(self, index: MatchIndex, filters: Mapping[str, str], version: int) -> None: ...
 
 
+Bridge = tuple[int, Callable[[], Sequence[Delta]]]
+"""``(from version, a loader of the deltas over (from version, base version])``: the table's
+``bridge`` as the job ships it, read only by a replica that takes it."""
+
+
 class IndexReplica:
     """A ``MatchIndex`` kept equal to a ``SubscriptionTable`` at a version, from snapshots and deltas.
 
@@ -284,11 +309,12 @@ class IndexReplica:
         process: the loaded state leaves the garbage collector's later scans;
         ``routing.matching.collector``).
     compiled : CompiledStore, optional
-        Where compiled indexes are kept (``MatchIndex`` replicas only). A new replica loads the
-        latest one and applies what differs between the texts it holds and the snapshot, instead
-        of compiling every filter; a replica that built its index from a snapshot (not empty),
-        or reached a snapshot by applying at least ``save_min`` changes, saves its index there
-        at the next ``save_compiled``.
+        Where compiled indexes are kept (``MatchIndex`` replicas only). A replica that must load a
+        snapshot loads the latest one and applies what differs between the texts saved with it
+        and the snapshot, instead of compiling every filter. A save is due, for the next
+        ``save_compiled``, after a build from a snapshot (not empty), and after a sync that
+        reaches a new base (a load or a bridge) once at least ``save_min`` changes were applied
+        since the index was built, loaded or saved.
     save_min : int
         See ``compiled``.
     build_chunk : int
@@ -298,14 +324,17 @@ class IndexReplica:
 
     Notes
     -----
-    The replica keeps the filter text of every subscription its index holds. A replica that
-    must load a snapshot while it has an index (it is behind the snapshot, as after every rebase
-    of a churning table, or ahead of it) applies only the subscriptions that differ between the
-    two, so a rebase costs the changes since the replica's version, not a rebuild of the index.
-    ``rebuilds`` counts the loads of a snapshot, ``compiled_loads`` the compiled indexes loaded and
-    ``compiled_saves`` those saved. A compiled index stands for the texts saved with it, whatever
-    table version or run it came from: the difference from the snapshot is applied to it, so the
-    replica equals the snapshot either way.
+    The replica holds its index and its version, not the filter texts. A replica at a version
+    ``v`` that a new snapshot (base) leaves behind reaches the base by the table's ``bridge``
+    when the bridge starts at or before ``v``: the deltas of the generation before the base,
+    those after ``v`` applied with the deltas after the base as one batch, the snapshot never
+    read. A replica that is new, behind the bridge, or ahead of ``version`` (a reader of another
+    run) loads the snapshot: a new index built from it, or the latest compiled index with what
+    differs from the snapshot applied; a compiled index stands for the texts saved with it,
+    whatever table version or run it came from, so the replica equals the snapshot either way.
+    A save writes the texts at the replica's version, read again from the last sync's snapshot
+    and deltas. ``rebuilds`` counts the loads of a snapshot, ``bridges`` the bases reached by a
+    bridge, ``compiled_loads`` the compiled indexes loaded and ``compiled_saves`` those saved.
     """
 
     def __init__(
@@ -319,15 +348,18 @@ class IndexReplica:
         self._factory = factory
         self._index = factory()
         self._version: int | None = None
-        self._filters: dict[str, str] = {}  # what the index holds: id -> filter text
         self._freeze_first_build = freeze_first_build
         self._compiled = compiled
         self._save_min = save_min
         self._build_chunk = max(1, build_chunk)
         self.rebuilds = 0
+        self.bridges = 0
         self.compiled_loads = 0
         self.compiled_saves = 0
         self._save_due = False
+        self._unsaved = 0  # changes applied since the index was built, loaded or saved
+        # the last sync's snapshot and deltas: read again only by a save
+        self._source: tuple[int, Callable[[], Iterable[tuple[str, str]]], Sequence[Delta]] | None = None
 
     @property
     def index(self) -> MatchIndex | BruteForceIndex:
@@ -344,91 +376,117 @@ class IndexReplica:
         load_base: Callable[[], Iterable[tuple[str, str]]],
         deltas: Iterable[Delta],
         version: int,
+        bridge: Bridge | None = None,
     ) -> None:
         """Bring the index to ``version``.
 
-        The snapshot and the deltas each reach the index as one batch (``apply``), with Python's
-        garbage collector paused (``routing.matching.collector``); the first build, made with
-        ``freeze_first_build``, ends with ``gc.freeze()``, which takes the loaded state out of the
-        collector's later scans (docs/decisions/collector-paused.md).
+        The changes reach the index as one batch (``apply``; a build from a snapshot in chunks
+        of ``build_chunk``), with Python's garbage collector paused
+        (``routing.matching.collector``); the first build, made with ``freeze_first_build``, ends
+        with ``gc.freeze()``, which takes the loaded state out of the collector's later scans
+        (docs/decisions/collector-paused.md).
 
         Parameters
         ----------
         base_version : int
             The version of the snapshot that ``load_base`` returns.
         load_base : callable
-            Returns the snapshot's ``(id, filter)`` pairs; called only when the replica must rebuild
-            (it is new, behind ``base_version``, or ahead of ``version``).
+            Returns the snapshot's ``(id, filter)`` pairs; called only when the replica must load
+            it (it is new, behind ``base_version`` and the bridge, or ahead of ``version``), and
+            by a due ``save_compiled``.
         deltas : iterable of (version, id, filter or None)
             The table's changes over ``(base_version, version]``, in version order.
         version : int
             The version to reach.
+        bridge : (int, callable), optional
+            ``(b, load)``: ``load()`` returns the table's changes over ``(b, base_version]`` in
+            version order (``SubscriptionTable.bridge``); called only by a replica at a version
+            in ``[b, base_version)``, which then reaches the base without the snapshot.
         """
         if self._version == version and base_version <= version:
             return  # at the version already (most micro-batches): no delta to walk, nothing to apply
-        rebuild = self._version is None or self._version < base_version or self._version > version
-        with collector_paused(freeze=self._version is None and self._freeze_first_build):
-            if rebuild:
-                base = dict(load_base())
-                loaded = None
-                if self._version is None and self._compiled is not None:
-                    loaded = self._compiled.load()
-                built = self._version is None and loaded is None
-                if built:
-                    self._index = self._factory()
-                    if isinstance(self._index, MatchIndex):
-                        self._index.reserve(len(base))
-                    items = list(base.items())
-                    for at in range(0, len(items), self._build_chunk):  # bounded temporaries: a chunk at a time
-                        self._index.apply(items[at : at + self._build_chunk])
-                    applied = len(base)
-                else:  # only what differs: a rebase under churn leaves most subscriptions as they were
-                    if loaded is not None:
-                        (self._index, self._filters), self.compiled_loads = loaded, self.compiled_loads + 1
-                    old = self._filters
-                    diff: list[tuple[str, str | None]] = [(sid, None) for sid in old.keys() - base.keys()]
-                    diff += compress(base.items(), map(ne, map(old.get, base.keys()), base.values()))  # C loops
-                    self._index.apply(diff)
-                    applied = len(diff)
-                self._filters, self._version = base, base_version
-                self.rebuilds += 1
-                saves = (built and len(base) > 0) or applied >= self._save_min
-                self._save_due = saves and self._compiled is not None and isinstance(self._index, MatchIndex)
-            current = cast(int, self._version)
-            filters = self._filters
-            deltas = deltas if isinstance(deltas, tuple | list) else list(deltas)
-            skip = current + 1 - deltas[0][0] if deltas else 0
-            if deltas and 0 <= skip <= len(deltas) and deltas[-1][0] == version == current + len(deltas) - skip:
-                # versions rise by one (a table's deltas): those after ``current`` at once, in C loops
-                last = dict(map(_ID_FILTER, islice(deltas, skip, None)))  # the last change of each id
-                changes: list[tuple[str, str | None]] = list(last.items())
-                filters.update(last)
-                _consume(map(filters.pop, compress(last.keys(), map(is_, last.values(), repeat(None)))))
-                current = version
-            else:
-                changes = []
-                for v, sid, filt in deltas:
-                    if v <= current:
-                        continue
-                    changes.append((sid, filt))  # removing an absent id is no change for apply
-                    if filt is None:
-                        filters.pop(sid, None)
-                    else:
-                        filters[sid] = filt
-                    current = v
-            if current != version:
-                raise ValueError(f"the deltas reach version {current}, not {version}: some are missing")
-            self._index.apply(changes)
+        deltas = deltas if isinstance(deltas, tuple | list) else list(deltas)
+        current = self._version
+        with collector_paused(freeze=current is None and self._freeze_first_build):
+            changes: dict[str, str | None] = {}
+            crossed = False
+            if current is not None and bridge is not None and bridge[0] <= current < base_version <= version:
+                changes = _last_changes(bridge[1](), current, base_version)
+                current, crossed = base_version, True
+                self.bridges += 1
+            if current is None or current < base_version or current > version:
+                self._version = None  # a load that fails leaves a replica that loads again
+                self._load(load_base)
+                current, crossed = base_version, True
+            changes.update(_last_changes(deltas, current, version))
+            self._index.apply(list(changes.items()))
+            self._unsaved += len(changes)
             self._version = version
+            self._source = (base_version, load_base, deltas)
+            if crossed and self._compiled is not None and isinstance(self._index, MatchIndex):
+                self._save_due = self._save_due or self._unsaved >= self._save_min
+
+    def _load(self, load_base: Callable[[], Iterable[tuple[str, str]]]) -> None:
+        """Make the index equal to the snapshot: the latest compiled index and what differs from
+        it, or a new index built from the snapshot."""
+        loaded = None if self._compiled is None else self._compiled.load()
+        base = load_base()
+        if loaded is None:
+            self._index = self._factory()  # the old index goes before the new one is built
+            items = base if isinstance(base, list) else list(base)
+            if isinstance(self._index, MatchIndex):
+                self._index.reserve(len(items))
+            for at in range(0, len(items), self._build_chunk):  # bounded temporaries: a chunk at a time
+                self._index.apply(items[at : at + self._build_chunk])
+            self._unsaved = len(items)
+            self._save_due = len(items) > 0 and self._compiled is not None and isinstance(self._index, MatchIndex)
+        else:
+            (self._index, held), self.compiled_loads = loaded, self.compiled_loads + 1
+            snapshot = dict(base)
+            diff: list[tuple[str, str | None]] = [(sid, None) for sid in held.keys() - snapshot.keys()]
+            diff += compress(snapshot.items(), map(ne, map(held.get, snapshot.keys()), snapshot.values()))  # C loops
+            self._index.apply(diff)
+            self._unsaved, self._save_due = len(diff), False
+        self.rebuilds += 1
 
     def save_compiled(self) -> bool:
-        """Save the index, with the texts it holds and its version, to the compiled store when a
-        ``sync`` made that due (see ``compiled``); return whether it saved. Separate from ``sync``
+        """Save the index, with the texts at its version and that version, to the compiled store
+        when a ``sync`` made that due (see ``compiled``); return whether it saved. The texts are
+        the last sync's snapshot (``load_base``) with its deltas applied. Separate from ``sync``
         so that a caller can answer first (the matching job's workers save once a task's rows
         are out); a save left due is made by a later call, of the state then."""
-        if not self._save_due or self._compiled is None or self._version is None:
+        if not self._save_due or self._compiled is None or self._version is None or self._source is None:
             return False
-        self._compiled.save(cast(MatchIndex, self._index), self._filters, self._version)
-        self._save_due = False
+        base_version, load_base, deltas = self._source
+        texts = dict(load_base())
+        for sid, filt in _last_changes(deltas, base_version, self._version).items():
+            if filt is None:
+                texts.pop(sid, None)
+            else:
+                texts[sid] = filt
+        self._compiled.save(cast(MatchIndex, self._index), texts, self._version)
+        self._save_due, self._unsaved = False, 0
         self.compiled_saves += 1
         return True
+
+
+def _last_changes(deltas: Sequence[Delta], current: int, version: int) -> dict[str, str | None]:
+    """The last change of each id among ``deltas`` after ``current`` (a filter, or None for a
+    removal); ValueError when they do not reach ``version``.
+
+    >>> _last_changes(((1, "a", "x = 1"), (2, "b", "y = 2"), (3, "a", None)), 1, 3)
+    {'b': 'y = 2', 'a': None}
+    """
+    skip = current + 1 - deltas[0][0] if deltas else 0
+    if deltas and 0 <= skip <= len(deltas) and deltas[-1][0] == version == current + len(deltas) - skip:
+        # versions rise by one (a table's deltas): those after ``current`` at once, in C loops
+        return dict(map(_ID_FILTER, islice(deltas, skip, None)))
+    last: dict[str, str | None] = {}
+    for v, sid, filt in deltas:
+        if v <= current:
+            continue
+        last[sid] = filt
+        current = v
+    if current != version:
+        raise ValueError(f"the deltas reach version {current}, not {version}: some are missing")
+    return last

@@ -6,7 +6,7 @@ model, never from the replica's own index.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from routing.matching.index import BruteForceIndex
 from routing.matching.language import Filter, parse_filter
-from routing.matching.table import IndexReplica, SubscriptionRecord, SubscriptionTable, plan_change, plan_changes
+from routing.matching.table import Delta, IndexReplica, SubscriptionRecord, SubscriptionTable, plan_change, plan_changes
 from streaming.subscription_store import TableStore
 from tests.strategies import INDEX_IDS, index_events, index_filters
 
@@ -102,6 +102,7 @@ class TableMachine(RuleBasedStateMachine):
         self.model: dict[str, str] = {}
         self.effective = 0
         self.base: dict[str, str] = {}
+        self.previous: dict[str, str] = {}  # the base before the last snapshot
 
     @rule(changes=st.lists(st.tuples(ids, st.one_of(st.none(), texts)), max_size=5))
     def apply(self, changes: list[tuple[str, str | None]]) -> None:
@@ -118,7 +119,7 @@ class TableMachine(RuleBasedStateMachine):
     def snapshot(self) -> None:
         if self.table.due_for_snapshot() or len(self.table.deltas()) > 10:
             self.table.snapshot()
-            self.base = dict(self.model)
+            self.previous, self.base = self.base, dict(self.model)
 
     @invariant()
     def same_as_the_model(self) -> None:
@@ -139,6 +140,18 @@ class TableMachine(RuleBasedStateMachine):
         assert versions == list(range(self.table.base_version + 1, self.table.version + 1))
         assert self.table.deltas(after=self.table.version) == ()
 
+    @invariant()
+    def previous_base_plus_bridge_is_the_base(self) -> None:
+        start, bridge = self.table.bridge()
+        state = dict(self.previous)
+        for _, sid, text in bridge:
+            if text is None:
+                del state[sid]
+            else:
+                state[sid] = text
+        assert state == self.base
+        assert [v for v, _, _ in bridge] == list(range(start + 1, self.table.base_version + 1))
+
 
 TestTable = TableMachine.TestCase
 TestTable.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
@@ -147,6 +160,11 @@ TestTable.settings = settings(max_examples=60, stateful_step_count=25, deadline=
 # --- IndexReplica: readers that sync at random points equal the table ----------------------------
 
 changes = st.lists(st.tuples(ids, st.one_of(st.none(), index_filters().map(str))), max_size=8)
+
+
+def _holds(replica: IndexReplica, table: SubscriptionTable) -> bool:
+    """The replica's index holds exactly the table's ids (its answers are checked on events)."""
+    return len(replica.index) == len(table) and all(sid in replica.index for sid in table.filters)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -160,20 +178,27 @@ def test_replicas_synced_at_any_point_match_like_the_oracle_over_the_table(
     table = SubscriptionTable(rebase_min=3, rebase_fraction=0.0)
     snapshot: dict[str, str] = {}
     base_version = 0
+    bridge: tuple[int, tuple[Delta, ...]] = (0, ())
     replicas = [IndexReplica() for _ in range(3)]
     for batch, rebase, who_syncs in rounds:
         table.apply(batch)
         if rebase:  # as the job's shipper does: a fresh snapshot broadcast at the current version
             table.snapshot()
             snapshot, base_version = dict(table.filters), table.version
-        frozen = dict(snapshot)
+            start, deltas = table.bridge()
+            bridge = (start, deltas + table.deltas())
+        frozen, bridged = dict(snapshot), bridge
         for i, (replica, syncs) in enumerate(zip(replicas, who_syncs, strict=True)):
-            if syncs:  # the last replica takes the deltas as an iterator (read one by one)
+            if syncs:  # the last replica takes the deltas as an iterator (read one by one), the first no bridge
                 deltas = table.deltas(after=base_version)
                 replica.sync(
-                    base_version, lambda f=frozen: f.items(), iter(deltas) if i == 2 else deltas, table.version
+                    base_version,
+                    lambda f=frozen: f.items(),
+                    iter(deltas) if i == 2 else deltas,
+                    table.version,
+                    None if i == 0 else (bridged[0], lambda b=bridged: b[1]),
                 )
-                assert replica._filters == dict(table.filters)
+                assert _holds(replica, table)
     oracle = BruteForceIndex()
     for sid, text in table.filters.items():
         oracle.add(sid, parse_filter(text))
@@ -181,8 +206,83 @@ def test_replicas_synced_at_any_point_match_like_the_oracle_over_the_table(
     for replica in replicas:
         replica.sync(base_version, lambda: snapshot.items(), table.deltas(after=base_version), table.version)
         assert replica.version == table.version
-        assert replica._filters == dict(table.filters)
+        assert _holds(replica, table)
         assert replica.index.match(events).all_ids() == expected
+
+
+class _Shipped:
+    """What the job's shipper would ship for ``table`` now (``streaming.matching_job._Shipper``):
+    a snapshot and a bridge broadcast at each new base, the deltas since."""
+
+    def __init__(self) -> None:
+        self.base_version: int | None = None
+        self.snapshot: dict[str, str] = {}
+        self.bridge: tuple[int, tuple[Delta, ...]] = (0, ())
+        self.snapshot_reads = 0
+
+    def ship(self, table: SubscriptionTable) -> tuple[int, Callable[[], Iterable[tuple[str, str]]], tuple[Delta, ...]]:
+        """``(base version, the snapshot's loader, the deltas since the base)``; ``self.bridge`` the bridge."""
+        if self.base_version is None or table.base_version > self.base_version:
+            start, deltas = table.bridge()
+            self.snapshot, self.bridge = dict(table.filters), (start, deltas + table.deltas())
+            self.base_version = table.version
+        snapshot = self.snapshot
+
+        def load_base() -> Iterable[tuple[str, str]]:
+            self.snapshot_reads += 1
+            return snapshot.items()
+
+        return self.base_version, load_base, table.deltas(after=self.base_version)
+
+
+def _range_text(a: int, lo: int, width: int, b: int | None, value: int) -> str:
+    return f"a{a} between {lo} and {lo + width}" + ("" if b is None else f" and b{b} = {value}")
+
+
+range_texts = st.builds(
+    _range_text,
+    st.integers(0, 3),
+    st.integers(0, 40),
+    st.integers(0, 20),
+    st.none() | st.integers(0, 2),
+    st.integers(0, 3),
+)
+churn = st.lists(st.tuples(st.sampled_from([f"s{i}" for i in range(12)]), st.none() | range_texts), max_size=10)
+range_values = {**{f"a{i}": st.integers(-2, 65) for i in range(4)}, **{f"b{i}": st.integers(0, 3) for i in range(3)}}
+range_events = st.lists(st.fixed_dictionaries({}, optional=range_values), min_size=1, max_size=6)
+follows_rebases = st.lists(st.booleans(), min_size=2, max_size=2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds=st.lists(st.tuples(churn, follows_rebases), max_size=12), events=range_events)
+def test_a_replica_across_rebases_by_bridges_equals_one_that_loads_and_the_oracle(
+    rounds: list[tuple[list[tuple[str, str | None]], list[bool]]], events: list[dict[str, object]]
+) -> None:
+    """Random range-heavy churn with frequent rebases: a replica that follows the shipped states
+    (bridges when it can, the snapshot when it must) equals, after every change, a replica that
+    loads every new base from its snapshot, and both equal the oracle over the table."""
+    table = SubscriptionTable(rebase_min=2, rebase_fraction=0.25)
+    shipped = _Shipped()
+    follower, loader = IndexReplica(), IndexReplica()
+    for batch, (follows, rebase) in rounds:
+        table.apply(batch)
+        if rebase or table.due_for_snapshot():
+            table.snapshot()
+        base_version, load_base, deltas = shipped.ship(table)
+        start, bridge = shipped.bridge
+        if follows:  # a replica may skip batches: one generation behind it still bridges
+            before, reads = follower.version, shipped.snapshot_reads
+            follower.sync(base_version, load_base, deltas, table.version, (start, lambda b=bridge: b))
+            if before is not None and start <= before:
+                assert shipped.snapshot_reads == reads  # reached by deltas alone
+        loader.sync(base_version, load_base, deltas, table.version)
+        oracle = BruteForceIndex()
+        oracle.apply((sid, parse_filter(text)) for sid, text in table.filters.items())
+        expected = oracle.match(events).all_ids()
+        assert loader.index.match(events).all_ids() == expected and _holds(loader, table)
+        if follows:
+            assert follower.version == table.version and _holds(follower, table)
+            assert follower.index.match(events).all_ids() == expected
 
 
 def test_a_replica_rebuilds_only_when_it_must() -> None:
@@ -200,7 +300,7 @@ def test_a_replica_rebuilds_only_when_it_must() -> None:
         replica.sync(2, lambda: [], (), 3)
 
 
-def test_a_replica_behind_a_new_snapshot_applies_only_what_differs() -> None:
+def test_a_replica_behind_a_new_snapshot_crosses_it_by_the_bridge() -> None:
     applied: list[list[tuple[str, object]]] = []
 
     class Recording(BruteForceIndex):
@@ -213,15 +313,28 @@ def test_a_replica_behind_a_new_snapshot_applies_only_what_differs() -> None:
     table.apply([("s1", "a > 1"), ("s2", "b = 2"), ("s3", "c < 3")])
     replica = IndexReplica(Recording)
     replica.sync(0, lambda: [], table.deltas(), table.version)
-    table.apply([("s2", None), ("s3", "c < 4"), ("s4", "d = 1")])
-    table.snapshot()  # the replica is now behind the base: it loads the snapshot
-    snapshot = dict(table.filters)
+    table.apply([("s2", None), ("s3", "c < 4")])
+    table.snapshot()  # the replica (at 3) is now behind the base (5); the bridge covers (0, 5]
+    table.apply([("s4", "d = 1"), ("s3", "c < 3.5")])
+    start, bridge = table.bridge()
+    assert start == 0
     applied.clear()
-    replica.sync(table.version, lambda: snapshot.items(), (), table.version)
-    assert replica.rebuilds == 2 and sorted(sorted(batch) for batch in applied if batch) == [
-        [("s2", None), ("s3", "c < 4"), ("s4", "d = 1")]
-    ]
-    assert replica.index.match([{"a": 2, "b": 2, "c": 3.5, "d": 1}]).all_ids() == [["s1", "s3", "s4"]]
+    fail = lambda: pytest.fail("a replica the bridge covers must not load the snapshot")  # noqa: E731
+    replica.sync(table.base_version, fail, table.deltas(), table.version, (start, lambda: bridge))
+    assert replica.rebuilds == 1 and replica.bridges == 1 and replica.version == 7
+    assert applied == [[("s2", None), ("s3", "c < 3.5"), ("s4", "d = 1")]]  # one batch, the last change of each id
+    assert replica.index.match([{"a": 2, "b": 2, "c": 3.2, "d": 1}]).all_ids() == [["s1", "s3", "s4"]]
+    # behind the bridge: the snapshot is loaded, into a new index
+    table.snapshot()
+    table.apply([("s1", None)])
+    table.snapshot()
+    behind = IndexReplica(Recording)
+    behind.sync(0, lambda: [], (), 0)
+    snapshot = dict(table.filters)
+    start, bridge = table.bridge()
+    behind.sync(table.base_version, lambda: snapshot.items(), table.deltas(), table.version, (start, lambda: bridge))
+    assert behind.rebuilds == 2 and behind.bridges == 0
+    assert behind.index.match([{"a": 2, "b": 2, "c": 3.2, "d": 1}]).all_ids() == [["s3", "s4"]]
 
 
 # --- TableStore ---------------------------------------------------------------------------------
