@@ -153,7 +153,9 @@ def replica_for(ship: ShipState) -> IndexReplica:
             from streaming.subscription_store import CompiledIndexFolder
 
             compiled = CompiledIndexFolder(Path(ship.compiled_dir))
-        replica = IndexReplica(INDEX_KINDS[ship.index_kind], freeze_first_build=True, compiled=compiled)  # long-lived
+        replica = IndexReplica(  # long-lived; one table per job run: its id names the lineage
+            INDEX_KINDS[ship.index_kind], freeze_first_build=True, compiled=compiled, lineage=ship.job
+        )
         _REPLICAS[ship.job] = replica
         while len(_REPLICAS) > _MAX_REPLICAS:
             _REPLICAS.popitem(last=False)

@@ -189,9 +189,10 @@ class CompiledIndexFolder:
     """Compiled indexes in one folder (``routing.matching.table.CompiledStore``).
 
     ``index-<version>.npz`` holds ``MatchIndex.to_arrays`` of an index equal to the table at
-    ``version``, and the ``id -> filter text`` map it holds as packed strings (``filter_ids``,
-    ``filter_texts`` and their offsets), written uncompressed (``numpy.savez``) to a temporary file
-    and renamed, so a reader sees a whole file or none. ``load`` reads the most recently written
+    ``version``, the ``id -> filter text`` map it holds as packed strings (``filter_ids``,
+    ``filter_texts`` and their offsets) and the table's lineage (``lineage``, UTF-8 bytes),
+    written uncompressed (``numpy.savez``) to a temporary file and renamed, so a reader sees a
+    whole file or none. ``load`` reads the most recently written
     one; a file that does not load (damaged, another format or Python) is logged and skipped.
     Only the ``keep`` newest files stay.
 
@@ -203,6 +204,8 @@ class CompiledIndexFolder:
     >>> loaded, filters = folder.load()
     >>> loaded.match([{"x": 2}]).ids(0), filters
     (['s1'], {'s1': 'x > 1'})
+    >>> folder.texts(7, ""), folder.texts(7, "another run"), folder.texts(8, "")
+    ({'s1': 'x > 1'}, None, None)
     """
 
     def __init__(self, folder: Path, keep: int = 2) -> None:
@@ -222,9 +225,9 @@ class CompiledIndexFolder:
                     continue
         return [path for _, _, path in sorted(found, reverse=True)]
 
-    def save(self, index: MatchIndex, filters: Mapping[str, str], version: int) -> None:
-        """Write ``index`` (equal to the table at ``version``) with the texts it holds, unless a file
-        of that version is there; keep the ``keep`` newest files."""
+    def save(self, index: MatchIndex, filters: Mapping[str, str], version: int, lineage: str = "") -> None:
+        """Write ``index`` (equal to the table of ``lineage`` at ``version``) with the texts it
+        holds, unless a file of that version is there; keep the ``keep`` newest files."""
         path = self.folder / f"index-{version}.npz"
         if path.exists():
             return
@@ -232,6 +235,7 @@ class CompiledIndexFolder:
         ids, id_offsets = pack_strings(list(filters))
         texts, text_offsets = pack_strings(list(filters.values()))
         arrays.update(filter_ids=ids, filter_id_offsets=id_offsets, filter_texts=texts, filter_offsets=text_offsets)
+        arrays["lineage"] = np.frombuffer(lineage.encode(), np.uint8)
         tmp = self.folder / f".index-{version}-{os.getpid()}.tmp"
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -251,9 +255,23 @@ class CompiledIndexFolder:
             try:
                 with np.load(path) as npz:
                     arrays = {name: npz[name] for name in npz.files}
+                arrays.pop("lineage", None)
                 ids = unpack_strings(arrays.pop("filter_ids"), arrays.pop("filter_id_offsets"))
                 texts = unpack_strings(arrays.pop("filter_texts"), arrays.pop("filter_offsets"))
                 return MatchIndex.from_arrays(arrays), dict(zip(ids, texts, strict=True))
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
                 _log.warning(f"compiled index {path} does not load ({exc}); skipped")
         return None
+
+    def texts(self, version: int, lineage: str) -> dict[str, str] | None:
+        """The ``id -> filter text`` map saved at ``version`` under ``lineage`` (only those arrays
+        read), or None when no such file loads."""
+        try:
+            with np.load(self.folder / f"index-{version}.npz") as npz:
+                if "lineage" not in npz.files or npz["lineage"].tobytes() != lineage.encode():
+                    return None
+                ids = unpack_strings(npz["filter_ids"], npz["filter_id_offsets"])
+                texts = unpack_strings(npz["filter_texts"], npz["filter_offsets"])
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            return None
+        return dict(zip(ids, texts, strict=True))

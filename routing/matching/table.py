@@ -283,13 +283,17 @@ class CompiledStore(Protocol):
     (``streaming.subscription_store.CompiledIndexFolder`` on disk).
 
     ``save`` stores a ``MatchIndex`` (``MatchIndex.to_arrays``) with the ``id -> filter text``
-    map it holds and the table version it equals; ``load`` returns the latest saved index and its
-    map, or None when there is none that loads (missing, of another format, damaged).
+    map it holds, the table version it equals and the lineage of that table (a name under which
+    one version means one content; "" for none); ``load`` returns the latest saved index and its
+    map, or None when there is none that loads (missing, of another format, damaged); ``texts``
+    returns the map saved at ``version`` under ``lineage``, or None when there is none.
     """
 
     def load(self) -> tuple[MatchIndex, dict[str, str]] | None: ...
 
-    def save(self, index: MatchIndex, filters: Mapping[str, str], version: int) -> None: ...
+    def save(self, index: MatchIndex, filters: Mapping[str, str], version: int, lineage: str = "") -> None: ...
+
+    def texts(self, version: int, lineage: str) -> dict[str, str] | None: ...
 
 
 Bridge = tuple[int, Callable[[], Sequence[Delta]]]
@@ -321,6 +325,11 @@ class IndexReplica:
         A build from nothing applies the snapshot this many subscriptions at a time: the compile's
         temporaries (the words of every text, the record tuples) are those of one chunk, not of
         the whole snapshot.
+    lineage : str, optional
+        Names the table the replica follows, such that one version under one name is one content
+        (the matching job's run). With it, a save writes the lineage, and the next save takes the
+        texts from the last one's (``CompiledStore.texts``) and the changes since, instead of
+        reading the snapshot.
 
     Notes
     -----
@@ -332,9 +341,11 @@ class IndexReplica:
     run) loads the snapshot: a new index built from it, or the latest compiled index with what
     differs from the snapshot applied; a compiled index stands for the texts saved with it,
     whatever table version or run it came from, so the replica equals the snapshot either way.
-    A save writes the texts at the replica's version, read again from the last sync's snapshot
-    and deltas. ``rebuilds`` counts the loads of a snapshot, ``bridges`` the bases reached by a
-    bridge, ``compiled_loads`` the compiled indexes loaded and ``compiled_saves`` those saved.
+    A save writes the texts at the replica's version: those of the replica's last save (with a
+    ``lineage``, when the store still has them and the last sync's bridge and deltas reach from
+    there), or the last sync's snapshot, with the changes since. ``rebuilds`` counts the loads
+    of a snapshot, ``bridges`` the bases reached by a bridge, ``compiled_loads`` the compiled
+    indexes loaded and ``compiled_saves`` those saved.
     """
 
     def __init__(
@@ -344,8 +355,11 @@ class IndexReplica:
         compiled: CompiledStore | None = None,
         save_min: int = 1024,
         build_chunk: int = 1 << 16,
+        lineage: str | None = None,
     ) -> None:
         self._factory = factory
+        self._lineage = lineage
+        self._saved: int | None = None  # the version of the last save under ``lineage``
         self._index = factory()
         self._version: int | None = None
         self._freeze_first_build = freeze_first_build
@@ -358,8 +372,8 @@ class IndexReplica:
         self.compiled_saves = 0
         self._save_due = False
         self._unsaved = 0  # changes applied since the index was built, loaded or saved
-        # the last sync's snapshot and deltas: read again only by a save
-        self._source: tuple[int, Callable[[], Iterable[tuple[str, str]]], Sequence[Delta]] | None = None
+        # the last sync's snapshot, deltas and bridge: read again only by a save
+        self._source: tuple[int, Callable[[], Iterable[tuple[str, str]]], Sequence[Delta], Bridge | None] | None = None
 
     @property
     def index(self) -> MatchIndex | BruteForceIndex:
@@ -422,7 +436,7 @@ class IndexReplica:
             self._index.apply(list(changes.items()))
             self._unsaved += len(changes)
             self._version = version
-            self._source = (base_version, load_base, deltas)
+            self._source = (base_version, load_base, deltas, bridge)
             if crossed and self._compiled is not None and isinstance(self._index, MatchIndex):
                 self._save_due = self._save_due or self._unsaved >= self._save_min
 
@@ -447,27 +461,50 @@ class IndexReplica:
             diff += compress(snapshot.items(), map(ne, map(held.get, snapshot.keys()), snapshot.values()))  # C loops
             self._index.apply(diff)
             self._unsaved, self._save_due = len(diff), False
+        self._saved = None
         self.rebuilds += 1
 
     def save_compiled(self) -> bool:
         """Save the index, with the texts at its version and that version, to the compiled store
-        when a ``sync`` made that due (see ``compiled``); return whether it saved. The texts are
-        the last sync's snapshot (``load_base``) with its deltas applied. Separate from ``sync``
-        so that a caller can answer first (the matching job's workers save once a task's rows
-        are out); a save left due is made by a later call, of the state then."""
+        when a ``sync`` made that due (see ``compiled``); return whether it saved. Separate from
+        ``sync`` so that a caller can answer first (the matching job's workers save once a task's
+        rows are out); a save left due is made by a later call, of the state then."""
         if not self._save_due or self._compiled is None or self._version is None or self._source is None:
             return False
-        base_version, load_base, deltas = self._source
-        texts = dict(load_base())
-        for sid, filt in _last_changes(deltas, base_version, self._version).items():
+        since_save = self._texts_since_save()
+        if since_save is None:  # from the snapshot
+            base_version, load_base, deltas, _ = self._source
+            texts, changes = dict(load_base()), _last_changes(deltas, base_version, self._version)
+        else:
+            texts, changes = since_save
+        for sid, filt in changes.items():
             if filt is None:
                 texts.pop(sid, None)
             else:
                 texts[sid] = filt
-        self._compiled.save(cast(MatchIndex, self._index), texts, self._version)
+        self._compiled.save(cast(MatchIndex, self._index), texts, self._version, self._lineage or "")
         self._save_due, self._unsaved = False, 0
+        self._saved = None if self._lineage is None else self._version
         self.compiled_saves += 1
         return True
+
+    def _texts_since_save(self) -> tuple[dict[str, str], dict[str, str | None]] | None:
+        """The texts of the last save under the lineage and the changes since (to the replica's
+        version), or None when the store or the last sync's bridge and deltas do not reach."""
+        saved, source = self._saved, self._source
+        if saved is None or source is None or self._compiled is None or self._lineage is None:
+            return None
+        base_version, _, deltas, bridge = source
+        version = cast(int, self._version)
+        if saved >= base_version:
+            changes = _last_changes(deltas, saved, version)
+        elif bridge is not None and bridge[0] <= saved:
+            changes = _last_changes(bridge[1](), saved, base_version)
+            changes.update(_last_changes(deltas, base_version, version))
+        else:
+            return None
+        texts = self._compiled.texts(saved, self._lineage)
+        return None if texts is None else (texts, changes)
 
 
 def _last_changes(deltas: Sequence[Delta], current: int, version: int) -> dict[str, str | None]:

@@ -214,3 +214,57 @@ def test_the_folder_skips_damaged_files_and_keeps_the_newest(tmp_path: Path) -> 
     loaded = folder.load()
     assert loaded is not None and loaded[1] == {"a": "x > 3"}
     assert loaded[0].match([{"x": 3.5}]).all_ids() == [["a"]]
+
+
+def test_saves_across_bridges_take_the_texts_of_the_last_save_not_the_snapshot(tmp_path: Path) -> None:
+    """A replica with a lineage saves at a build, then at each base it crosses by a bridge with
+    the texts of its last save and the changes since: the snapshot is not read again, and every
+    file's texts are the table's at its version, so a new replica that loads it equals the oracle."""
+    folder = CompiledIndexFolder(tmp_path)
+    table = SubscriptionTable(rebase_min=1, rebase_fraction=0.0)
+    table.apply([(f"s{i}", f"x between {i} and {i + 10}") for i in range(30)])
+    table.snapshot()
+    replica = IndexReplica(compiled=folder, save_min=1, lineage="run-1")
+    snapshot = dict(table.filters)
+    replica.sync(table.version, lambda: snapshot.items(), (), table.version)
+    assert replica.save_compiled()
+    unread = lambda: pytest.fail("a save across a bridge must not read the snapshot")  # noqa: E731
+    for step in range(3):
+        table.apply([(f"s{step}", None), (f"s{step + 5}", f"x < {step}"), (f"n{step}", "x = 3")])
+        table.snapshot()
+        table.apply([(f"s{step + 10}", f"x > {step + 20}")])
+        start, bridge = table.bridge()
+        replica.sync(table.base_version, unread, table.deltas(), table.version, (start, lambda b=bridge: b))
+        assert replica.bridges == step + 1 and replica.rebuilds == 1
+        assert replica.save_compiled()
+        assert folder.texts(table.version, "run-1") == dict(table.filters)
+    assert folder.texts(table.version, "run-2") is None  # another run's name: not these texts
+    fresh = IndexReplica(compiled=folder)
+    now = dict(table.filters)
+    fresh.sync(table.version, lambda: now.items(), (), table.version)
+    assert fresh.compiled_loads == 1
+    oracle = BruteForceIndex()
+    oracle.apply(table.filters.items())
+    events = [{"x": x} for x in (-1, 0, 2, 3, 5, 12, 25, 38, 45)]
+    assert fresh.index.match(events).all_ids() == oracle.match(events).all_ids()
+
+
+def test_a_save_without_the_last_saves_texts_reads_the_snapshot(tmp_path: Path) -> None:
+    folder = CompiledIndexFolder(tmp_path, keep=1)
+    table = SubscriptionTable(rebase_min=1, rebase_fraction=0.0)
+    table.apply([("a", "x > 1"), ("b", "y = 2")])
+    table.snapshot()
+    replica = IndexReplica(compiled=folder, save_min=1, lineage="run-1")
+    snapshot = dict(table.filters)
+    replica.sync(table.version, lambda: snapshot.items(), (), table.version)
+    assert replica.save_compiled()
+    for path in tmp_path.glob("*.npz"):
+        path.unlink()  # the last save's file is gone (pruned, lost)
+    table.apply([("a", None), ("c", "z < 3")])
+    table.snapshot()
+    snapshot = dict(table.filters)
+    start, bridge = table.bridge()
+    reads: list[int] = []
+    replica.sync(table.version, lambda: reads.append(1) or snapshot.items(), (), table.version, (start, lambda: bridge))
+    assert not reads and replica.save_compiled() and reads == [1]
+    assert folder.texts(table.version, "run-1") == {"b": "y = 2", "c": "z < 3"}
