@@ -316,6 +316,7 @@ _JOB_STEPS = (
     "worker_match_ms",
     "worker_encode_ms",
     "worker_deliver_ms",
+    "worker_write_ms",
 )
 
 

@@ -10,7 +10,9 @@ silently.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -55,9 +57,18 @@ class KafkaWriter:
             "delivery.report.only.error": True,  # successes are counted at flush (see the module doc)
         }
         settings.update(overrides)
-        self._producer = Producer(conn.confluent(**settings))
+        self._settings = conn.confluent(**settings)
+        self._producer = Producer(self._settings)
         self.report = DeliveryReport()
         self._bytes_failed = 0
+        self._failed_checked = 0  # failures already raised by ``flush_or_raise``
+
+    @classmethod
+    def like_spark(cls, conn: KafkaConnection) -> KafkaWriter:
+        """A writer that puts each keyed record where Spark's Kafka sink would: Java's partitioner
+        (murmur2 of the key, ``murmur2_random`` in librdkafka), batches lingering 5 ms, lz4."""
+        settings: dict[str, str | int | bool] = {"linger.ms": 5, "partitioner": "murmur2_random"}
+        return cls(conn, **settings)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -81,16 +92,22 @@ class KafkaWriter:
 
     def send_many(self, topic: str, keys: list[str], values: list[bytes]) -> None:
         """``send`` for each (key, value), in a tight loop."""
+        self.send_rows(repeat(topic, len(values)), keys, values)
+
+    def send_rows(
+        self, topics: Iterable[str], keys: Sequence[bytes | str | None], values: Sequence[bytes | None]
+    ) -> None:
+        """``send`` for each (topic, key, value), in a tight loop (the rows may name several topics)."""
         produce, poll, on_delivery = self._producer.produce, self._producer.poll, self._on_delivery
-        for key, value in zip(keys, values, strict=True):
+        for topic, key, value in zip(topics, keys, values, strict=True):
             while True:
                 try:
                     produce(topic, value, key, on_delivery=on_delivery)
                     break
                 except BufferError:
                     poll(0.05)
-            self.report.sent += 1
-        self.report.bytes_sent += sum(map(len, values))
+        self.report.sent += len(values)
+        self.report.bytes_sent += sum(len(v) for v in values if v is not None)
         poll(0)
 
     def poll(self) -> None:
@@ -106,3 +123,18 @@ class KafkaWriter:
         # bytes of records still in flight at a timeout are unknown here: an upper bound then
         self.report.bytes_delivered = self.report.bytes_sent - self._bytes_failed
         return self.report
+
+    def flush_or_raise(self, what: str, timeout_s: float = 120.0) -> None:
+        """``flush``, then raise RuntimeError when a record sent since the last call failed (the
+        caller's batch fails, to run again); the writer then goes on with a fresh producer."""
+        report = self.flush(timeout_s)
+        failed, self._failed_checked = report.failed - self._failed_checked, report.failed
+        if failed:
+            self._producer = Producer(self._settings)  # an idempotent producer may be fenced after a failure
+            raise RuntimeError(f"{what}: {failed} records not written: {report.errors[-3:]}")
+
+    def write_rows(self, rows: Sequence[tuple[str, bytes | None, bytes | None]], what: str) -> None:
+        """Send ``(topic, key, value)`` rows in order and wait for all of them (``flush_or_raise``)."""
+        topics, keys, values = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [])
+        self.send_rows(topics, keys, values)
+        self.flush_or_raise(what)

@@ -13,7 +13,7 @@ match -> encode:
    every row gets the validation job's verdict and reason, and the good rows' attributes become
    ``EventBatch`` columns;
 3. matches the batch with one ``index.match`` call;
-4. encodes the Kafka rows to write, ready for Spark's Kafka sink (topic, key, value;
+4. encodes the Kafka rows to write (topic, key, value;
    ``schemas.match_records``): for a good row its whole ``Match`` record, single-object Avro
    (``subscription_ids`` sorted, per docs/reference/topics.md), keyed by event id; for a bad row its
    ``DeadLetter`` (the validation job's bytes), keyed ``topic/partition/offset``;
@@ -21,6 +21,9 @@ match -> encode:
    per channel topic one ``ChannelEvents`` record with every matched event of the batch that the
    channel carries under the installed assignment version (one of its subscriptions is on it),
    each as published (docs/reference/delivery.md).
+
+``match_batches`` yields those rows; the matching job runs :func:`write_batches`, which sends
+them with the worker's own Kafka producer and returns when every one is acknowledged.
 
 The composites job reads events decoded by the JVM, as typed map columns: :func:`event_batch`
 makes its ``EventBatch`` from those.
@@ -46,6 +49,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from infra.connection import KafkaConnection
+from producers.kafka_writer import KafkaWriter
 from routing.matching.index import BruteForceIndex, EventBatch, MatchIndex
 from routing.matching.table import Delta, IndexReplica
 from schemas.event_records import attribute_columns, decode_rows, map_entries
@@ -61,6 +66,8 @@ __all__ = [
     "event_batch",
     "match_batches",
     "replica_for",
+    "save_compiled",
+    "write_batches",
 ]
 
 INPUT_COLUMNS = ("key", "value", "partition", "offset", "timestamp")  # of the events topic's Kafka rows
@@ -108,11 +115,12 @@ class ShipState:
         The table version this micro-batch's events are matched against.
     counters : object, optional
         Anything with ``add((events, rejected events, matches, deliveries, ready ms, decode ms,
-        match ms, encode ms, deliver ms))`` (a Spark accumulator); ready ms is the time from a
+        match ms, encode ms, deliver ms, write ms))`` (a Spark accumulator); ready ms is the time from a
         task's first non-empty Arrow batch until its first matches (the replica's sync and the
         index's first flush), 0 for the later batches; the last four are the Arrow batch's
         steps (``Event`` decoding, ``index.match`` with the ranks, the ``Match`` rows and dead
-        letters, the delivery rows), ready ms counted in match ms.
+        letters, the delivery rows), ready ms counted in match ms; write ms is a task's time
+        sending its rows and waiting for their acknowledgements (:func:`write_batches`).
     delivery : DeliveryShip, optional
         Write delivery rows by this assignment version; None: no delivery.
     compiled_dir : str, optional
@@ -195,9 +203,13 @@ def event_batch(maps: Mapping[str, pa.Array], n: int) -> EventBatch:
     return EventBatch.from_columns(n, attribute_columns((map_entries(maps[k]) for k in VALUE_KINDS if k in maps), n))
 
 
-def match_batches(ship: ShipState, targets: Targets, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: Kafka rows of events in (``INPUT_COLUMNS``), the Kafka rows to write out
-    (``schemas.match_records.OUTPUT_SCHEMA``; see the module docstring)."""
+def match_batches(
+    ship: ShipState, targets: Targets, batches: Iterator[pa.RecordBatch], save: bool = True
+) -> Iterator[pa.RecordBatch]:
+    """Kafka rows of events in (``INPUT_COLUMNS``), the Kafka rows to write out
+    (``schemas.match_records.OUTPUT_SCHEMA``; see the module docstring). With ``save``, a compiled
+    index that is due is saved once the last rows are out (else the caller calls
+    :func:`save_compiled` when it has written them)."""
     replica: IndexReplica | None = None
     for rb in batches:
         n = rb.num_rows
@@ -236,8 +248,49 @@ def match_batches(ship: ShipState, targets: Targets, batches: Iterator[pa.Record
                     delivered,
                     ready_ms,
                     *(1000 * s for s in steps),
+                    0.0,
                 )
             )
         yield from out
-    if replica is not None:  # the task's rows are out: now a compiled index that is due (compiled_dir)
+    if save and replica is not None:
         replica.save_compiled()
+
+
+def save_compiled(ship: ShipState) -> None:
+    """Save this worker's replica for ``ship.job`` as a compiled index if one is due
+    (``ShipState.compiled_dir``); after a task's rows are written, off the batch's critical path."""
+    replica = _REPLICAS.get(ship.job)
+    if replica is not None:
+        replica.save_compiled()
+
+
+_WRITERS: dict[KafkaConnection, KafkaWriter] = {}  # one producer per cluster, for the worker's life
+
+
+def write_batches(
+    conn: KafkaConnection, ship: ShipState, targets: Targets, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """The matching job's ``mapInArrow`` body: :func:`match_batches`'s rows sent to Kafka by this
+    worker's own producer; yields nothing.
+
+    The producer (``KafkaWriter.like_spark``: idempotent, ``acks=all``, Java's partitioner) puts
+    each row where Spark's Kafka sink would, and the task ends only when every row is
+    acknowledged, so a micro-batch that Spark commits has all its rows written; a failed row fails
+    the task (and the micro-batch, which runs again and writes the same rows under the same keys).
+    Why the workers write rather than the JVM: docs/decisions/match-records-written-by-workers.md.
+    ``ship.counters`` gets the time spent sending and waiting (its write ms).
+    """
+    writer = _WRITERS.get(conn)
+    if writer is None:
+        writer = _WRITERS[conn] = KafkaWriter.like_spark(conn)
+    spent = 0.0
+    for out in match_batches(ship, targets, batches, save=False):
+        started = time.monotonic()
+        writer.send_rows(out.column(0).to_pylist(), out.column(1).to_pylist(), out.column(2).to_pylist())
+        spent += time.monotonic() - started
+    started = time.monotonic()
+    writer.flush_or_raise("matching")
+    if ship.counters is not None:
+        ship.counters.add((0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 1000 * (spent + time.monotonic() - started)))
+    save_compiled(ship)
+    yield from ()

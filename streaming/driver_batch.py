@@ -679,18 +679,11 @@ class DriverBatch(ABC):
         (``producers.kafka_writer.KafkaWriter``) keeps each key's records in the order sent, as the
         one task of a Spark write does, and Java's partitioner (murmur2 of the key) puts a key on
         the partition a Spark write puts it on: the same records on the same partitions."""
-        from producers.kafka_writer import KafkaWriter
-
         if self._producer is None:
-            self._producer = KafkaWriter(self.conn, **{"linger.ms": 5, "partitioner": "murmur2_random"})
-        writer = self._producer
-        failed = writer.report.failed
-        for topic, key, value in outputs:
-            writer.send(topic, key, value)
-        report = writer.flush(120)
-        if report.failed > failed:
-            self._producer = None  # a fresh producer for the batch's next run
-            raise RuntimeError(f"{self.job}: {report.failed - failed} records not written: {report.errors[-3:]}")
+            from producers.kafka_writer import KafkaWriter
+
+            self._producer = KafkaWriter.like_spark(self.conn)
+        self._producer.write_rows(outputs, self.job)
 
     def _dead_letters(self, tables: dict[str, Any]) -> list[tuple[Any, ...]]:
         out: list[tuple[Any, ...]] = []

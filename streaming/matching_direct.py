@@ -97,6 +97,7 @@ class RejectionBatch:
     def __init__(self, spark: SparkSession, cfg: MatchingConfig) -> None:
         self.spark, self.cfg = spark, cfg
         self.records = self.rejected = 0
+        self._writer: Any = None  # the KafkaWriter of the dead letters, made on first use
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from routing.matching.table import plan_changes
@@ -107,8 +108,11 @@ class RejectionBatch:
         outcomes = plan_changes(rows.records())
         rejected = [(rows.row(i), o.rejection) for i, o in enumerate(outcomes) if o.rejection is not None]
         if rejected:
-            frame = subscription_dead_letters(self.spark, rejected, self.cfg.deadletter_topic)
-            frame.write.format("kafka").options(**self.cfg.conn.spark_options()).save()
+            if self._writer is None:
+                from producers.kafka_writer import KafkaWriter
+
+                self._writer = KafkaWriter.like_spark(self.cfg.conn)
+            self._writer.write_rows(subscription_dead_letters(rejected, self.cfg.deadletter_topic), "matching")
         self.records += len(rows)
         self.rejected += len(rejected)
 

@@ -25,15 +25,18 @@ before ``B`` runs. ``foreachBatch`` then:
    of values (``schemas.event_records``: the columnar fast path of ``schemas.columnar`` for
    every value it is sure of, the reference decoder and rules of ``schemas`` for the others, so
    bad events get the validation job's verdict and reason), call ``index.match`` once per Arrow
-   batch and return the finished Kafka rows (topic, key, value) that Spark's Kafka sink writes as
-   they are (``schemas.match_records``): each valid event's whole ``Match`` record (Avro
+   batch, encode the finished Kafka rows (topic, key, value; ``schemas.match_records``) and send
+   them with their own producer (``arrow_matching.write_batches``: idempotent, ``acks=all``,
+   Java's partitioner, so each row lands where Spark's Kafka sink would put it); a task ends only
+   when its rows are acknowledged. The rows: each valid event's whole ``Match`` record (Avro
    single-object encoding) keyed by ``event_id``, and each bad event's ``DeadLetter`` keyed
    ``topic/partition/offset``, exactly as the validation job writes it
-   (``schemas.rules.dead_letter``). Why the workers decode and encode rather than the JVM:
-   docs/decisions/decode-in-python-workers.md and docs/decisions/match-records-encoded-in-workers.md.
-   Rejected subscriptions are added to the same write. One Kafka write per micro-batch; every
-   valid event gets a ``Match`` record, with an empty ``subscription_ids`` when nothing matched
-   (as docs/reference/matching-log.md).
+   (``schemas.rules.dead_letter``). Why the workers decode, encode and send rather than the JVM:
+   docs/decisions/decode-in-python-workers.md, docs/decisions/match-records-encoded-in-workers.md
+   and docs/decisions/match-records-written-by-workers.md. The driver sends the rejected
+   subscriptions' dead letters before the events' rows. Every valid event gets a ``Match``
+   record, with an empty ``subscription_ids`` when nothing matched (as
+   docs/reference/matching-log.md).
 
 4. **Delivery** (``MatchingConfig.deliver``, on by default; docs/reference/delivery.md). Before
    the events are matched, ``streaming.delivery`` installs the newest planned channel
@@ -59,7 +62,8 @@ Guarantees
   ``batch_id - 1``, so it reads the same changes and matches against the same set. Its output is
   therefore identical: duplicates after a crash are identical records with identical keys
   (``event_id`` for matches, ``topic/partition/offset`` for dead letters). Nothing is lost: Spark
-  commits ``B`` only after the write of ``B`` succeeded.
+  commits ``B`` only after every task of ``B`` ended, and a task ends only when its rows are
+  acknowledged.
 - **Bad input.** Undecodable or invalid events and subscriptions go to the dead-letter topic and
   never fail a batch. An invalid subscription changes nothing (an existing one of that id stays).
 
@@ -80,6 +84,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
+from producers.kafka_writer import KafkaWriter
 from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_changes
 from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
 from streaming import logs
@@ -282,15 +287,14 @@ class SubscriptionRows:
 
 
 def subscription_dead_letters(
-    spark: SparkSession, rejected: list[tuple[Any, tuple[str, str]]], deadletter_topic: str
-) -> DataFrame:
-    """Kafka ``topic``/``key``/``value`` rows for rejected subscription records: ``(collected
+    rejected: list[tuple[Any, tuple[str, str]]], deadletter_topic: str
+) -> list[tuple[str, bytes, bytes]]:
+    """Kafka ``(topic, key, value)`` rows for rejected subscription records: ``(collected
     subscription_columns row, (error_code, reason))`` pairs, encoded as the validation job does
     (``schemas.rules.dead_letter``)."""
-    from schemas.match_records import OUTPUT_SCHEMA
     from schemas.rules import dead_letter
 
-    rows = [
+    return [
         (
             deadletter_topic,
             *dead_letter(
@@ -299,7 +303,6 @@ def subscription_dead_letters(
         )
         for r, (code, reason) in rejected
     ]
-    return spark.createDataFrame(rows, OUTPUT_SCHEMA)
 
 
 # ---- Spark's offset log -----------------------------------------------------------------------
@@ -358,6 +361,7 @@ class BatchStats:
     worker_match_ms: float = 0.0
     worker_encode_ms: float = 0.0
     worker_deliver_ms: float = 0.0
+    worker_write_ms: float = 0.0
     write_ms: float = 0.0
     duration_ms: float = 0.0
     started_at_ms: int = 0
@@ -366,9 +370,9 @@ class BatchStats:
 class _Sums:
     """Accumulator parameter over ``streaming.arrow_matching.ShipState.counters``: element-wise
     sums of ``(events, rejected events, matches, deliveries)``, the largest ``ready ms``, and the
-    sums of the workers' ``(decode, match, encode, deliver)`` ms."""
+    sums of the workers' ``(decode, match, encode, deliver, write)`` ms."""
 
-    ZERO = (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    ZERO = (0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
     def zero(self, value: tuple[float, ...]) -> tuple[float, ...]:
         return self.ZERO
@@ -426,6 +430,7 @@ class MatchingBatch:
 
             self.delivery = DeliveryStage(spark, cfg.conn, cfg.topic_prefix, cfg.delivery_folder, quiet)
         self.history: list[BatchStats] = []
+        self._writer: KafkaWriter | None = None  # the driver's rows (rejected subscriptions)
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -469,7 +474,7 @@ class MatchingBatch:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from schemas.match_records import OUTPUT_SCHEMA, Targets
-        from streaming.arrow_matching import match_batches
+        from streaming.arrow_matching import write_batches
 
         started = time.monotonic()
         stats = BatchStats(batch_id, started_at_ms=int(time.time() * 1000))
@@ -522,21 +527,17 @@ class MatchingBatch:
         ship = dataclasses.replace(self.shipper.ship(self.table), counters=counters, delivery=delivery)
         stats.delivery_version = 0 if delivery is None else delivery.version
         targets = Targets(self.cfg.events_topic, self.cfg.matches_topic, self.cfg.deadletter_topic)
-        out = batch.mapInArrow(functools.partial(match_batches, ship, targets), OUTPUT_SCHEMA)
-        if rejected:
-            out = out.unionByName(subscription_dead_letters(self.spark, rejected, self.cfg.deadletter_topic))
         write_started = time.monotonic()
-        (
-            out.write.format("kafka")
-            .options(**self.cfg.conn.spark_options())
-            # heavy output: large batches, compressed (ids repeat), as the producers in producers/ do
-            .option("kafka.compression.type", "lz4")
-            .option("kafka.linger.ms", "5")
-            .option("kafka.batch.size", str(1 << 20))
-            .save()
-        )
+        if rejected:
+            if self._writer is None:
+                self._writer = KafkaWriter.like_spark(self.cfg.conn)
+            self._writer.write_rows(subscription_dead_letters(rejected, self.cfg.deadletter_topic), "matching")
+        # the workers send their rows themselves (arrow_matching.write_batches); noop drives the tasks
+        body = functools.partial(write_batches, self.cfg.conn, ship, targets)
+        batch.mapInArrow(body, OUTPUT_SCHEMA).write.format("noop").mode("overwrite").save()
         events, rejected_events, matches, deliveries, stats.worker_ready_ms, *steps = counters.value
-        stats.worker_decode_ms, stats.worker_match_ms, stats.worker_encode_ms, stats.worker_deliver_ms = steps
+        stats.worker_decode_ms, stats.worker_match_ms, stats.worker_encode_ms, stats.worker_deliver_ms, _ = steps
+        stats.worker_write_ms = steps[-1]
         stats.events, stats.rejected_events = int(events), int(rejected_events)
         stats.matches, stats.deliveries = int(matches), int(deliveries)
         stats.write_ms = (time.monotonic() - write_started) * 1000
@@ -574,6 +575,7 @@ class MatchingBatch:
             "worker_match_ms": stats.worker_match_ms,
             "worker_encode_ms": stats.worker_encode_ms,
             "worker_deliver_ms": stats.worker_deliver_ms,
+            "worker_write_ms": stats.worker_write_ms,
         }
         logs.log_batch(_log, stats.batch_id, fields, self.quiet, {**detail, "write_ms": stats.write_ms})
 

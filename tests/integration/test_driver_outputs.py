@@ -1,6 +1,9 @@
-"""streaming.driver_batch.DriverBatch's outputs sent from the driver (``driver_producer``: the QoS,
-routes and composites jobs) land as a Spark write lands them: the same keys and values, each key
-on the partition Spark's Kafka sink picks (Java's murmur2 partitioner), in the order sent."""
+"""Rows sent by the project's own producer (``KafkaWriter.like_spark``) land as a Spark write lands
+them: the same keys and values, each key on the partition Spark's Kafka sink picks (Java's murmur2
+partitioner), in the order sent. Two senders use it: ``streaming.driver_batch.DriverBatch``'s
+``driver_producer`` (the QoS, routes and composites jobs' outputs, from the driver) and the
+matching job's Python workers (``streaming.arrow_matching.write_batches``). A row the broker
+refuses fails the write, and the writer goes on with a fresh producer."""
 
 from __future__ import annotations
 
@@ -117,3 +120,77 @@ def test_a_batch_read_by_its_offset_range_is_the_streaming_batch(
     everything = [r for got, _ in reader.seen for r in rows(got)]
     assert len(everything) == len(set(everything)) == 190
     assert any(r[4] is None for r in everything) and any(r[5] is None for r in everything)
+
+
+def test_the_matching_workers_send_what_the_kafka_sink_would_write(
+    spark: Any, kafka_conn: KafkaConnection, tmp_path: Path
+) -> None:
+    """``write_batches`` (the worker sends, the ``noop`` sink drives the tasks) against
+    ``match_batches``'s rows through Spark's Kafka sink: the same records on the same partitions of
+    the matches and dead-letter topics, in the same order per key."""
+    import functools
+    from types import SimpleNamespace
+
+    from producers.events import EventGenerator
+    from routing.matching.table import SubscriptionTable
+    from schemas.codec import codec_for
+    from schemas.match_records import OUTPUT_SCHEMA, Targets
+    from schemas.topics import DEADLETTER_TOPIC, MATCHES_TOPIC
+    from streaming.arrow_matching import INPUT_COLUMNS, ShipState, match_batches, write_batches
+
+    codec = codec_for("Event")
+    events = EventGenerator(publishers=4, seed=11).batch(400, 1_700_000_000_000)
+    values = [codec.encode(e) for e in events] + [b"\x00not an event"] * 5
+    frame = (
+        spark.createDataFrame(
+            [(f"k{i}".encode(), v, i % 3, i, None) for i, v in enumerate(values)],
+            "key binary, value binary, partition int, offset long, timestamp timestamp",
+        )
+        .select(*INPUT_COLUMNS)
+        .repartition(3)
+    )
+    table = SubscriptionTable()
+    table.apply([(f"s{i}", f"price < {20 * i}") for i in range(1, 30)] + [("sym", "symbol = 'IBM'")])
+    ship = ShipState(f"w{uuid.uuid4().hex}", "match", 0, SimpleNamespace(value={}), table.deltas(), table.version)
+
+    def targets(prefix: str) -> Targets:
+        ensure_topics(kafka_conn, prefix)
+        return Targets("events", prefix + MATCHES_TOPIC, prefix + DEADLETTER_TOPIC)  # dead letters name it
+
+    sent, written = targets(f"w{uuid.uuid4().hex[:8]}."), targets(f"s{uuid.uuid4().hex[:8]}.")
+    body = functools.partial(write_batches, kafka_conn, ship, sent)
+    frame.mapInArrow(body, OUTPUT_SCHEMA).write.format("noop").mode("overwrite").save()
+    rows = frame.mapInArrow(functools.partial(match_batches, ship, written), OUTPUT_SCHEMA)
+    rows.write.format("kafka").options(**kafka_conn.spark_options()).save()
+
+    for got_topic, want_topic, n in ((sent.matches_topic, written.matches_topic, 400),
+                                     (sent.deadletter_topic, written.deadletter_topic, 5)):  # fmt: skip
+        got, want = _records(kafka_conn, got_topic), _records(kafka_conn, want_topic)
+        assert {p: sorted(r) for p, r in got.items()} == {p: sorted(r) for p, r in want.items()}
+        assert sum(map(len, got.values())) == n
+
+
+def test_a_row_the_broker_refuses_fails_the_write_and_the_writer_goes_on(kafka_conn: KafkaConnection) -> None:
+    import os
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from producers.kafka_writer import KafkaWriter
+
+    topic = f"small{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(kafka_conn.confluent())
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})])[topic].result(30)
+    writer = KafkaWriter.like_spark(kafka_conn)
+    too_big = os.urandom(20_000)  # random bytes: lz4 cannot shrink them under the topic's limit
+    try:
+        writer.write_rows([(topic, b"a", b"fits"), (topic, b"b", too_big)], "test")
+    except RuntimeError as e:
+        assert "records not written" in str(e) and "too large" in str(e)  # the batch holding it
+    else:
+        raise AssertionError("the refused row did not fail the write")
+    writer.write_rows([(topic, b"c", b"fits too")], "test")  # a fresh producer: the next batch goes through
+    consumer = Consumer(kafka_conn.confluent(**{"group.id": f"t{uuid.uuid4().hex}", "enable.auto.commit": False}))
+    try:
+        assert watermarks(consumer, topic, 0)[1] >= 1  # at least the row after the failure
+    finally:
+        consumer.close()

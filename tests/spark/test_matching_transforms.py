@@ -140,9 +140,9 @@ def test_subscription_rows_plan_the_changes_and_their_dead_letters(spark) -> Non
         (4, "bad_framing"),
     ]
 
-    written = subscription_dead_letters(spark, rejected, "dead").collect()
-    assert {r.topic for r in written} == {"dead"}
-    letters = {bytes(r.key): bytes(r.value) for r in written}
+    written = subscription_dead_letters(rejected, "dead")
+    assert {topic for topic, _, _ in written} == {"dead"}
+    letters = dict((key, value) for _, key, value in written)
     # the decoder's own rejects are byte-identical to the validation job's dead letters
     reference = {bytes(r.key): bytes(r.value) for r in dead_letters(spark_decode(frame, SUBS)).collect()}
     assert {k: letters[k] for k in reference} == reference
