@@ -117,7 +117,7 @@ class ShipState:
         Anything with ``add((events, rejected events, matches, deliveries, ready ms, decode ms,
         match ms, encode ms, deliver ms, write ms))`` (a Spark accumulator); ready ms is the time from a
         task's first non-empty Arrow batch until its first matches (the replica's sync and the
-        index's first flush), 0 for the later batches; the last four are the Arrow batch's
+        index's first flush), 0 for the later batches; the next four are the Arrow batch's
         steps (``Event`` decoding, ``index.match`` with the ranks, the ``Match`` rows and dead
         letters, the delivery rows), ready ms counted in match ms; write ms is a task's time
         sending its rows and waiting for their acknowledgements (:func:`write_batches`).

@@ -536,8 +536,8 @@ class MatchingBatch:
         body = functools.partial(write_batches, self.cfg.conn, ship, targets)
         batch.mapInArrow(body, OUTPUT_SCHEMA).write.format("noop").mode("overwrite").save()
         events, rejected_events, matches, deliveries, stats.worker_ready_ms, *steps = counters.value
-        stats.worker_decode_ms, stats.worker_match_ms, stats.worker_encode_ms, stats.worker_deliver_ms, _ = steps
-        stats.worker_write_ms = steps[-1]
+        stats.worker_decode_ms, stats.worker_match_ms, stats.worker_encode_ms, stats.worker_deliver_ms = steps[:4]
+        stats.worker_write_ms = steps[4]
         stats.events, stats.rejected_events = int(events), int(rejected_events)
         stats.matches, stats.deliveries = int(matches), int(deliveries)
         stats.write_ms = (time.monotonic() - write_started) * 1000
