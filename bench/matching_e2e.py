@@ -30,7 +30,10 @@ subscriptions (default 100,000):
    steady state); the same for the events published before that (start-up) is printed too.
    ``--modes exact,direct`` runs this phase once per mode of the matching job, one after the
    other on fresh topics: ``exact`` (the default) and ``direct`` (``streaming.matching_direct``,
-   without delivery; docs/decisions/direct-matching.md).
+   without delivery; docs/decisions/direct-matching.md). Before the first of them, one run of
+   ``--jvm-warmup`` s of the first mode at the same rate is made and only summarised ("JVM
+   warm-up run"): the Spark JVM compiles its per-batch code during its first minutes, so without
+   it whichever mode runs first reads slower (docs/results/latency.md).
 5. **Oracle.** ``BruteForceIndex`` over the same subscriptions is timed on a few events and its
    answers compared with the job's ``Match`` records for those events.
 
@@ -483,6 +486,19 @@ def read_matches_for(
     return found
 
 
+def jvm_warmup(spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: argparse.Namespace, mode: str) -> None:
+    """One latency run of ``mode`` for ``--jvm-warmup`` s whose numbers are only summarised
+    (module docstring, 4.): the JVM's first minutes of micro-batches, kept out of every reading."""
+    warm = argparse.Namespace(**{**vars(args), "seconds": args.jvm_warmup, "warmup": 0, "oracle_events": 1})
+    lat = bench_latency(spark, conn, w, warm, mode)
+    print(
+        f"  JVM warm-up run ({mode} mode, {args.jvm_warmup:g} s at {args.rate:,.0f} events/s, not a reading): "
+        f"p50 {lat['p50_ms']:,.0f} ms, p99 {lat['p99_ms']:,.0f} ms; {lat['received_events']:,} of "
+        f"{lat['sent']:,} events matched",
+        flush=True,
+    )
+
+
 def latency_phase(
     spark: Any, conn: KafkaConnection, w: GryphonWorkload, args: argparse.Namespace, mode: str, oracle: bool, res: dict
 ) -> None:
@@ -538,6 +554,13 @@ def main() -> int:
         help="matching job modes of the latency phase, side by side: exact, direct (docs/decisions/"
         "direct-matching.md) (default: %(default)s)",
     )
+    ap.add_argument(
+        "--jvm-warmup",
+        type=float,
+        default=60,
+        help="seconds of an unreported latency run of the first mode before the readings, 0 for none "
+        "(default: %(default)s)",
+    )
     ap.add_argument("--oracle-events", type=int, default=5, help="events timed and checked with the oracle")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip: throughput, ceiling, latency, oracle")
     ap.add_argument("--quick", action="store_true", help="small sizes: 5k subscriptions, 20k events, 10 s")
@@ -547,6 +570,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.subscriptions, args.events, args.seconds, args.warmup, args.per_batch = 5_000, 20_000, 10, 3, 10_000
+        args.jvm_warmup = min(args.jvm_warmup, 5)
     skip = set(filter(None, args.skip.split(",")))
 
     from streaming.session import SparkConfig, build_session
@@ -557,6 +581,7 @@ def main() -> int:
     args.workdir = work.name
     with work, kafka.broker_or(args.bootstrap_servers, jars, heap="1g") as conn:
         spark = build_session(SparkConfig(app_name="bench-matching"), jars)
+        warmed = False
         for decay in (float(d) for d in args.decays.split(",")):
             w = workload(args.subscriptions, decay)
             rate = match_rate(w)
@@ -601,6 +626,9 @@ def main() -> int:
                         flush=True,
                     )
             if "latency" not in skip:
+                if args.jvm_warmup > 0 and not warmed:
+                    jvm_warmup(spark, conn, w, args, args.modes.split(",")[0])
+                    warmed = True
                 for mode in args.modes.split(","):
                     latency_phase(spark, conn, w, args, mode, "oracle" not in skip, res)
             results[str(decay)] = res
