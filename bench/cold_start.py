@@ -59,7 +59,7 @@ from bench.churn import w1_texts
 from bench.matching import DOMAIN
 from bench.matching_e2e import match_head
 from bench.soak import descendants, parent_map, rss_mb
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from schemas.codec import codec_for
 from schemas.topics import EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
 
@@ -171,7 +171,7 @@ def _first_match(conn: KafkaConnection, topic: str, watch: Watch, t0: float, pro
     prefix = f"{watch.tag}-".encode()
     try:
         while time.monotonic() - t0 < timeout_s and proc.poll() is None:
-            for msg in consumer.consume(1000, 0.2):
+            for msg in arrived(consumer, 1000, 0.2):
                 if msg.error() is not None:
                     continue
                 eid, _ = match_head(msg.value())

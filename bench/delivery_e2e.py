@@ -55,6 +55,7 @@ import numpy as np
 from bench.matching_e2e import _paced_producer, _varint, load_subscriptions, match_head, new_topics, workload
 from bench.procs import CpuByRole
 from infra import kafka
+from infra.connection import arrived
 from infra.jars import ensure_jars
 from producers.columns import EventColumns
 from producers.sinks import KafkaSink
@@ -211,7 +212,7 @@ def _reader(
         matched_seen, last_delivery = 0, time.time()
         # until every event has its Match record and no delivery came for 5 s (or the deadline)
         while time.time() < stop and (matched_seen < expected or time.time() - last_delivery < 5):
-            msgs = consumer.consume(20_000, 0.2)
+            msgs = arrived(consumer, 20_000, 0.2)
             now_ms = int(time.time() * 1000)
             if any(m.error() is None and m.topic() in topics for m in msgs):
                 last_delivery = time.time()

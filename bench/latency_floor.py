@@ -49,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from infra.connection import arrived
 from infra.jars import ensure_jars
 from infra.kafka import BrokerConfig, down, free_ports, up
 
@@ -115,7 +116,7 @@ def _run(spark: Any, bootstrap: str, shape: str, trigger: str, args: argparse.Na
 
     def read() -> None:
         while not stop.is_set():
-            for msg in consumer.consume(1000, 0.1):
+            for msg in arrived(consumer, 1000, 0.1):
                 if msg.error() is None:
                     sent = int(msg.value())
                     latencies.append((sent / 1e9, msg.timestamp()[1] - sent / 1e6))

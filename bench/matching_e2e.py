@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 from infra import kafka
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from infra.jars import ensure_jars
 from infra.topics import ensure_topics
 from producers.columns import EventColumns
@@ -224,7 +224,7 @@ def _latency_consumer(bootstrap: str, topic: str, expected: int, deadline_s: flo
     stop = time.time() + deadline_s
     try:
         while len(seen) < expected and time.time() < stop:
-            for msg in consumer.consume(10_000, 0.5):
+            for msg in arrived(consumer, 10_000, 0.5):
                 if msg.error() is not None:
                     continue
                 value = msg.value()
@@ -475,7 +475,7 @@ def read_matches_for(
         done: set[int] = {p for p, e in ends.items() if e == 0}
         stop = time.time() + timeout_s
         while len(done) < 2 and len(found) < len(wanted) and time.time() < stop:
-            for msg in consumer.consume(10_000, 0.5):
+            for msg in arrived(consumer, 10_000, 0.5):
                 eid = match_head(msg.value())[0].decode()
                 if eid in wanted:
                     found[eid] = decode(msg.value(), "Match")[1]["subscription_ids"]

@@ -77,6 +77,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
+from infra.connection import arrived
+
 ROOT = Path(__file__).resolve().parent.parent
 LAG_METRIC = "siftstream_job_consumer_lag_records"
 UP_METRIC = "siftstream_job_up"
@@ -589,7 +591,7 @@ class Reader:
                     self.refresh()
                 except Exception as exc:  # the cluster busy for a moment: try again later
                     print(f"reader: listing topics failed: {exc}", flush=True)
-            msgs = self.consumer.consume(20_000, 0.2)
+            msgs = arrived(self.consumer, 20_000, 0.2)
             match_ms, channel_ms = [], []
             for msg in msgs:
                 if msg.error() is not None:

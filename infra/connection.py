@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KAFKA_LOGGER", "KafkaConnection"]
+__all__ = ["KAFKA_LOGGER", "KafkaConnection", "arrived"]
 
 KAFKA_LOGGER = logging.getLogger("siftstream.kafka")
 """Where the confluent-kafka clients' (librdkafka's) log lines go."""
@@ -70,3 +70,24 @@ class KafkaConnection:
         opts = {"kafka.bootstrap.servers": self.bootstrap_servers}
         opts.update({f"kafka.{k}": v for k, v in self._props("java.", "librdkafka.").items()})
         return opts
+
+
+def arrived(consumer: Any, max_messages: int, timeout_s: float) -> list[Any]:
+    """The messages a confluent-kafka ``consumer`` holds now, up to ``max_messages``, waiting at
+    most ``timeout_s`` for the first: every read of a Kafka topic in SiftStream goes through it.
+
+    ``Consumer.consume(n, timeout)`` returns when it has ``n`` messages or when the timeout has
+    passed, so a reader that asks for a batch of 500 with half a second's timeout while a few
+    records trickle in holds each of them for up to half a second (``bench/consume_wait.py``;
+    docs/decisions/kafka-reads-wait-for-the-first-record.md). Here ``poll(timeout_s)`` waits for one
+    message, and ``consume(n - 1, 0)`` takes whatever else librdkafka has already fetched.
+    Errors (partition ends included) come back as messages, as ``consume`` gives them.
+
+    Example: ``for msg in arrived(consumer, 10_000, 0.5): ...`` in a loop that reads to an end.
+    """
+    first = consumer.poll(max(timeout_s, 0.0))
+    if first is None:
+        return []
+    if max_messages <= 1:
+        return [first]
+    return [first, *consumer.consume(max_messages - 1, 0)]

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import kafka
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from infra.jars import JarSets
 from routing.channels.assignment import LOBBY
 from schemas.topics import (
@@ -580,7 +580,7 @@ def follow_channel_grants(
                 ends[(tp.topic, tp.partition)] = high
         consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in parts])
         while stop is None or not stop.is_set():
-            for msg in consumer.consume(1000, poll_s):
+            for msg in arrived(consumer, 1000, poll_s):
                 if msg.error() is not None:
                     continue
                 key = (msg.key() or b"").decode("utf-8", "replace")

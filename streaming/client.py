@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from producers.kafka_writer import DeliveryReport, KafkaWriter
 from routing.channels.assignment import LOBBY, Assignment, Follower, resume_point
 from routing.matching.index import EventBatch, MatchIndex
@@ -381,7 +381,7 @@ class _Versions:
         return max(int(pos), 0)
 
     def read(self, timeout_s: float) -> None:
-        for msg in self._consumer.consume(1000, max(timeout_s, 0.0)):
+        for msg in arrived(self._consumer, 1000, max(timeout_s, 0.0)):
             if msg.error() is None:
                 self.take(msg)
 
@@ -598,7 +598,7 @@ class Subscription:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            for msg in self._consumer.consume(500, min(left, 0.5)):
+            for msg in arrived(self._consumer, 500, min(left, 0.5)):
                 error = msg.error()
                 if error is None:
                     self._pending.append(msg)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from infra.connection import arrived
 from routing.matching.table import SubscriptionRecord
 from schemas.columnar import (
     EventFields,
@@ -646,7 +647,7 @@ class DriverBatch(ABC):
                 while open_parts:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"{self.job}: batch {batch_id}: {sorted(open_parts)} not read in 120 s")
-                    for msg in consumer.consume(10_000, 0.5):
+                    for msg in arrived(consumer, 10_000, 0.5):
                         tp = (msg.topic(), msg.partition())
                         err = msg.error()
                         if err is not None:

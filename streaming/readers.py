@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from schemas.codec import DecodeError, decode
 
 __all__ = ["DecodeError", "KafkaRecord", "end_offsets", "read_topic", "summarize_dead_letters", "watermarks"]
@@ -71,7 +71,7 @@ def read_topic(conn: KafkaConnection, topic: str, schema: str, timeout_s: float 
         deadline = time.monotonic() + timeout_s
         done: set[int] = set()
         while len(done) < len(ends) and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, 1.0):
+            for msg in arrived(consumer, 10_000, 1.0):
                 if msg.error() is not None:
                     raise RuntimeError(f"reading {topic}: {msg.error()}")
                 value = None if msg.value() is None else decode(msg.value(), schema)[1]

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from schemas.topics import (
     BROKER_TELEMETRY_TOPIC,
     CHANNELS_TOPIC,
@@ -246,7 +246,7 @@ def _latest_values(conn: KafkaConnection, topic: str, schema: str, timeout_s: fl
         done: set[int] = set()
         deadline = time.monotonic() + timeout_s
         while len(done) < len(ends) and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, 1.0):
+            for msg in arrived(consumer, 10_000, 1.0):
                 if msg.error() is not None:
                     continue
                 if msg.offset() >= ends[msg.partition()] - 1:

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from routing.matching.collector import collector_paused
 from routing.matching.table import SubscriptionRecord, plan_changes
 from schemas.rules import checked
@@ -191,7 +191,7 @@ class SubscriptionFollower:
         records: list[SubscriptionRecord] = []
         stalled_at = time.monotonic()
         while behind:
-            msgs = self._consumer.consume(10_000, 0.5)
+            msgs = arrived(self._consumer, 10_000, 0.5)
             if msgs:
                 stalled_at = time.monotonic()
             elif time.monotonic() - stalled_at > self.spec.stall_s:

@@ -28,7 +28,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from schemas.codec import DecodeError, decode
 from schemas.topics import (
     BROKER_TELEMETRY_TOPIC,
@@ -166,7 +166,7 @@ class Feed:
                     self._stop.wait(self.poll_s)
                     self._tick()
                     continue
-                messages = consumer.consume(2000, self.poll_s)
+                messages = arrived(consumer, 2000, self.poll_s)
                 if messages:
                     self._fold(messages)
                 self._check_caught_up(consumer)

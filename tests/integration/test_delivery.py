@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from producers.events import EventGenerator
 from producers.kafka_writer import KafkaWriter
 from routing.channels import LOBBY, Assignment, Follower
@@ -94,7 +94,7 @@ def channel_records(conn: KafkaConnection, topic: str) -> list[tuple[int, str, d
         consumer.assign([TopicPartition(topic, 0, low)])
         read = 0
         while read < high - low:
-            for msg in consumer.consume(1000, 2.0):
+            for msg in arrived(consumer, 1000, 2.0):
                 name, record = decode(msg.value())
                 read += 1
                 if name == "ChannelEvents":

@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from infra.topics import ensure_topics
 from schemas.topics import COMPOSITES_TOPIC, TOPICS
 from streaming.driver_batch import BatchStats, DriverBatch
@@ -46,7 +46,7 @@ def _records(conn: KafkaConnection, topic: str) -> dict[int, list[tuple[bytes, b
             consumer.assign([TopicPartition(topic, p, low)])
             rows: list[tuple[bytes, bytes]] = []
             while len(rows) < high - low:
-                for msg in consumer.consume(1000, 1.0):
+                for msg in arrived(consumer, 1000, 1.0):
                     assert msg.error() is None, msg.error()
                     rows.append((msg.key(), msg.value()))
             out[p] = rows

@@ -9,7 +9,7 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from infra.topics import ensure_topics
 from schemas.topics import TOPICS
 from streaming.readers import read_topic
@@ -124,7 +124,7 @@ def test_parallel_producer_workers_write_disjoint_events(kafka_conn: KafkaConnec
     consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
     ids, seen = [], 0
     while seen < 3001:
-        for msg in consumer.consume(1000, 2.0):
+        for msg in arrived(consumer, 1000, 2.0):
             seen += 1
             with contextlib.suppress(DecodeError):  # deliberately undecodable records
                 ids.append(decode(msg.value(), "Event")[1]["event_id"])

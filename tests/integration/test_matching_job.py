@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from producers.events import EventGenerator
 from producers.faults import FAULTS, corrupt
 from producers.kafka_writer import KafkaWriter
@@ -122,7 +122,7 @@ def raw_events(conn: KafkaConnection, topic: str) -> dict[str, dict[str, Any]]:
             consumer.assign([TopicPartition(topic, p, low)])
             seen = 0
             while seen < high - low:
-                for msg in consumer.consume(5000, 2.0):
+                for msg in arrived(consumer, 5000, 2.0):
                     seen += 1
                     if classify(msg.value(), "Event")[0] is None:
                         _, rec = decode(msg.value(), "Event")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.connection import KafkaConnection
+from infra.connection import KafkaConnection, arrived
 from producers.kafka_writer import KafkaWriter
 from producers.produce import ProduceConfig, produce_events
 from schemas.codec import codec_for
@@ -109,7 +109,7 @@ def _raw(conn: KafkaConnection, topic: str) -> dict[tuple[int, int], bytes | Non
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             consumer.assign([TopicPartition(topic, p, low)])
             while sum(1 for (q, _) in out if q == p) < high - low:
-                for msg in consumer.consume(5000, 2.0):
+                for msg in arrived(consumer, 5000, 2.0):
                     out[(msg.partition(), msg.offset())] = msg.value()
         return out
     finally:

@@ -80,11 +80,12 @@ KAFKA_HOMES = (
     "bench/latency_floor.py",
     "bench/soak.py",
     "bench/cold_start.py",
+    "bench/consume_wait.py",
 )
 """Paths (prefixes) that may import a Kafka client: the writers, broker setup and readers at the
-edge, the tests against the real broker or the fault tier's cluster, and the five end-to-end
-benchmarks that read topics with a raw librdkafka consumer (and measure the broker's own ceiling,
-Spark's latency floor, serve's lag and latency over a soak, or the matching job's cold start)."""
+edge, the tests against the real broker or the fault tier's cluster, and the six benchmarks that
+read topics with a raw librdkafka consumer (and measure the broker's own ceiling, Spark's latency
+floor, serve's lag and latency over a soak, the matching job's cold start, or a consumer's wait)."""
 
 MAX_LINES = 1500
 
