@@ -37,7 +37,9 @@ Then a restart's worker with a compiled index (``MatchIndex.to_arrays``, saved b
 do): the save (``to_arrays``, then the file written), a new replica's first ``sync`` that loads it
 and applies what differs from the snapshot (nothing here), its flush and first match, in wall
 seconds (the load reads the file) and CPU seconds; the loaded index answers 64 events as the
-built one does.
+built one does. Then the restart by the snapshot's digest (docs/decisions/compiled-index.md):
+``texts_digest`` of the N texts (what the driver adds to a run's first batch) and a new
+replica's ``sync`` shipped it, which loads the index without the snapshot or the saved texts.
 
 **Replica memory** (``--replica-memory N``, off by default): a worker's replica built from a
 snapshot of N W1 texts, then the snapshot dropped, as a worker drops a broadcast once a new base
@@ -67,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.matching import churn_changes, w1_events
 from producers.workloads import GryphonWorkload
 from routing.matching.collector import collector_paused
+from routing.matching.digest import texts_digest
 from routing.matching.index import BruteForceIndex, EventBatch, MatchIndex
 from routing.matching.table import Delta, IndexReplica, SubscriptionRecord, SubscriptionTable, plan_changes
 
@@ -290,12 +293,22 @@ def compiled_restart(index: MatchIndex, table: SubscriptionTable) -> dict[str, f
         replica.index.flush()
         first = replica.index.match(w1_events(1, 3))
         w4, c4 = time.perf_counter(), time.process_time()
+        digest = texts_digest(filters)  # the driver's, once per run
+        w5, c5 = time.perf_counter(), time.process_time()
+        by_digest = IndexReplica(compiled=folder)
+        by_digest.sync(table.version, lambda: filters.items(), (), table.version, base_digest=digest)
+        w6, c6 = time.perf_counter(), time.process_time()
+        same_digest = by_digest.digest_loads == 1 and by_digest.index.match(w1_events(64, 5)).all_ids() == (
+            index.match(w1_events(64, 5)).all_ids()
+        )
+        del by_digest
     events = w1_events(64, 5)
     same = replica.index.match(events).all_ids() == index.match(events).all_ids() and first.ids(0) is not None
     return {
         "to_arrays": w1 - w0, "to_arrays_cpu": c1 - c0, "save": w2 - w0, "save_cpu": c2 - c0, "file_mb": size / 2**20,
         "load": w3 - w2, "load_cpu": c3 - c2, "first": w4 - w3, "first_cpu": c4 - c3,
-        "loads": replica.compiled_loads, "same": float(same),
+        "loads": replica.compiled_loads, "same": float(same), "digest": w5 - w4, "digest_cpu": c5 - c4,
+        "load_digest": w6 - w5, "load_digest_cpu": c6 - c5, "same_digest": float(same_digest),
     }  # fmt: skip
 
 
@@ -322,6 +335,12 @@ def bench_cold(n: int) -> None:
         f"file; a new replica's sync that loads it {c['load']:.2f} ({c['load_cpu']:.2f}), flush and first match "
         f"{c['first']:.2f} ({c['first_cpu']:.2f}); compiled loads {c['loads']:.0f}; answers equal to the built "
         f"index on 64 events: {bool(c['same'])}"
+    )
+    print(
+        f"   restart by the snapshot's digest, wall (CPU) seconds: the digest of the {n:,} texts (the driver's, "
+        f"once per run) {c['digest']:.2f} ({c['digest_cpu']:.2f}); a new replica's sync that loads the index by "
+        f"it, snapshot and saved texts unread, {c['load_digest']:.2f} ({c['load_digest_cpu']:.2f}); equal answers "
+        f"on 64 events: {bool(c['same_digest'])}"
     )
 
 

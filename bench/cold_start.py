@@ -21,7 +21,8 @@ partitions, keyed by id); W1 events (20 integer attributes uniform on [0, 10^6])
    with bytes per subscription. The exact mode's per-batch stats (``--stats``:
    ``streaming.matching_job.BatchStats``) give the phases of the batches up to the first match:
    the table's restore from the checkpoint, the Kafka read and JVM decode of the subscription
-   records, ``plan_changes`` and the table, the checkpoint write, the slowest worker's sync and
+   records, ``plan_changes`` and the table, the checkpoint write, the driver's ship (the
+   broadcasts, and the digest of a run's first snapshot), the slowest worker's sync and
    first flush (``worker_ready_ms``: at a restart, the load of the compiled index a worker of the
    earlier run saved, docs/decisions/compiled-index.md), the batch's write; and the compiled
    indexes in the checkpoint after the run. The job is then stopped (SIGTERM; in the
@@ -64,7 +65,7 @@ from schemas.codec import codec_for
 from schemas.topics import EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("restore_ms", "read_ms", "plan_ms", "store_ms", "worker_ready_ms", "write_ms", "duration_ms")
+PHASES = ("restore_ms", "read_ms", "plan_ms", "store_ms", "ship_ms", "worker_ready_ms", "write_ms", "duration_ms")
 """The exact mode's ``BatchStats`` timings that the report sums over the batches up to the first match."""
 
 
@@ -288,7 +289,8 @@ def _report(r: Mapping[str, Any], n: int) -> None:
         print(
             f"     batches up to the first match: {p['batches']}; restore {p['restore_ms'] / 1e3:.1f} s, Kafka read + "
             f"JVM decode + collect {p['read_ms'] / 1e3:.1f} s, plan_changes + table {p['plan_ms'] / 1e3:.1f} s, "
-            f"checkpoint write {p['store_ms'] / 1e3:.1f} s, slowest worker's sync + first flush "
+            f"checkpoint write {p['store_ms'] / 1e3:.1f} s, ship (broadcasts, first snapshot's digest) "
+            f"{p['ship_ms'] / 1e3:.1f} s, slowest worker's sync + first flush "
             f"{p['worker_ready_ms'] / 1e3:.1f} s, write {p['write_ms'] / 1e3:.1f} s; batches' time "
             f"{p['duration_ms'] / 1e3:.1f} s",
             flush=True,

@@ -133,6 +133,12 @@ class ShipState:
         ``(bridge_version, base_version]`` (``SubscriptionTable.bridge``): a worker whose replica
         is at a version from ``bridge_version`` on reaches the new base by them and never reads
         ``base``. None: no bridge (a replica behind the base reads the snapshot).
+    base_digest : str, optional
+        ``routing.matching.digest.texts_digest`` of the snapshot in ``base``, shipped with the
+        first snapshot of a run only (the one every new worker of a restarted job reads): a new
+        worker whose latest compiled index was saved with texts of this digest loads that index
+        as it is and never reads ``base`` (docs/decisions/compiled-index.md). None: a new worker
+        diffs the snapshot against the compiled index's texts.
     """
 
     job: str
@@ -146,6 +152,7 @@ class ShipState:
     compiled_dir: str | None = None
     bridge_version: int = 0
     bridge: Any = None
+    base_digest: str | None = None
 
 
 _REPLICAS: OrderedDict[str, IndexReplica] = OrderedDict()
@@ -169,7 +176,9 @@ def replica_for(ship: ShipState) -> IndexReplica:
             _REPLICAS.popitem(last=False)
     _REPLICAS.move_to_end(ship.job)
     bridge = None if ship.bridge is None else (ship.bridge_version, lambda: ship.bridge.value)
-    replica.sync(ship.base_version, lambda: ship.base.value.items(), ship.deltas, ship.version, bridge)
+    replica.sync(
+        ship.base_version, lambda: ship.base.value.items(), ship.deltas, ship.version, bridge, ship.base_digest
+    )
     return replica
 
 

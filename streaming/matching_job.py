@@ -85,6 +85,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
+from routing.matching.digest import texts_digest
 from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_changes
 from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
 from streaming import logs
@@ -357,6 +358,7 @@ class BatchStats:
     store_ms: float = 0.0
     worker_ready_ms: float = 0.0
     prepare_ms: float = 0.0
+    ship_ms: float = 0.0
     worker_decode_ms: float = 0.0
     worker_match_ms: float = 0.0
     worker_encode_ms: float = 0.0
@@ -385,7 +387,13 @@ class _Sums:
 class _Shipper:
     """Driver side of shipping the table: a snapshot broadcast, and a bridge broadcast (the
     table's changes from its previous base to the snapshot), both renewed when the table rebases;
-    workers that follow the table cross the new base by the bridge, new ones read the snapshot."""
+    workers that follow the table cross the new base by the bridge, new ones read the snapshot.
+
+    With compiled indexes (a ``match`` index and a ``compiled_dir``), the run's first snapshot
+    also ships its digest (``ShipState.base_digest``, ``routing.matching.digest.texts_digest``):
+    every worker of a restarted job is new and reads that snapshot, and when the compiled index
+    it loads was saved with the same texts (the usual restart) it reads neither. Later snapshots
+    ship none: only a worker that is new mid-run reads them, and it diffs."""
 
     def __init__(self, spark: SparkSession, job: str, index_kind: str, compiled_dir: str | None = None) -> None:
         self._sc = spark.sparkContext
@@ -393,6 +401,7 @@ class _Shipper:
         self._broadcasts: tuple[Any, Any] = (None, None)  # the snapshot's, the bridge's (None: empty)
         self._base_version: int | None = None
         self._bridge_version = 0
+        self._base_digest: str | None = None
 
     def ship(self, table: SubscriptionTable) -> Any:
         from streaming.arrow_matching import ShipState
@@ -401,7 +410,11 @@ class _Shipper:
             old = self._broadcasts
             self._bridge_version, bridge = table.bridge()
             bridge += table.deltas()  # over (previous base, version]: the new snapshot is at version
-            self._broadcasts = (self._sc.broadcast(dict(table.filters)), self._sc.broadcast(bridge) if bridge else None)
+            snapshot = dict(table.filters)
+            first, self._base_digest = self._base_version is None, None
+            if first and self._compiled_dir is not None and self._kind == "match":
+                self._base_digest = texts_digest(snapshot)
+            self._broadcasts = (self._sc.broadcast(snapshot), self._sc.broadcast(bridge) if bridge else None)
             self._base_version = table.version
             for broadcast in old:
                 if broadcast is not None:
@@ -410,6 +423,7 @@ class _Shipper:
         return ShipState(
             self._job, self._kind, self._base_version, self._broadcasts[0], deltas, table.version,
             compiled_dir=self._compiled_dir, bridge_version=self._bridge_version, bridge=self._broadcasts[1],
+            base_digest=self._base_digest,
         )  # fmt: skip
 
 
@@ -524,7 +538,9 @@ class MatchingBatch:
         prepare_started = time.monotonic()
         delivery = None if self.delivery is None else self.delivery.prepare(batch_id)
         stats.prepare_ms = (time.monotonic() - prepare_started) * 1000
+        ship_started = time.monotonic()
         ship = dataclasses.replace(self.shipper.ship(self.table), counters=counters, delivery=delivery)
+        stats.ship_ms = (time.monotonic() - ship_started) * 1000
         stats.delivery_version = 0 if delivery is None else delivery.version
         targets = Targets(self.cfg.events_topic, self.cfg.matches_topic, self.cfg.deadletter_topic)
         write_started = time.monotonic()
@@ -571,6 +587,7 @@ class MatchingBatch:
             "store_ms": stats.store_ms,
             "worker_ready_ms": stats.worker_ready_ms,
             "prepare_ms": stats.prepare_ms,
+            "ship_ms": stats.ship_ms,
             "worker_decode_ms": stats.worker_decode_ms,
             "worker_match_ms": stats.worker_match_ms,
             "worker_encode_ms": stats.worker_encode_ms,

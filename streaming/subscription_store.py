@@ -50,19 +50,22 @@ import re
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
 
+from routing.matching.digest import texts_digest
 from routing.matching.index import MatchIndex
 from routing.matching.packing import pack_strings, unpack_strings
-from routing.matching.table import Change, SubscriptionTable
+from routing.matching.table import Change, LoadedIndex, SubscriptionTable
 
 __all__ = ["CompiledIndexFolder", "TableStore"]
 
 _FILE = re.compile(r"^(snapshot|delta)-(\d+)\.json$")
 _COMPILED = re.compile(r"^index-(\d+)\.npz$")
+_TEXT_ARRAYS = ("filter_ids", "filter_id_offsets", "filter_texts", "filter_offsets")
+_BESIDE_INDEX = (*_TEXT_ARRAYS, "lineage", "texts_digest")  # in a compiled file, not the index's arrays
 _log = logging.getLogger(__name__)
 
 
@@ -190,20 +193,25 @@ class CompiledIndexFolder:
 
     ``index-<version>.npz`` holds ``MatchIndex.to_arrays`` of an index equal to the table at
     ``version``, the ``id -> filter text`` map it holds as packed strings (``filter_ids``,
-    ``filter_texts`` and their offsets) and the table's lineage (``lineage``, UTF-8 bytes),
-    written uncompressed (``numpy.savez``) to a temporary file and renamed, so a reader sees a
-    whole file or none. ``load`` reads the most recently written
-    one; a file that does not load (damaged, another format or Python) is logged and skipped.
-    Only the ``keep`` newest files stay.
+    ``filter_texts`` and their offsets), the map's digest (``texts_digest``: the hex of
+    ``routing.matching.digest.texts_digest``, ASCII bytes) and the table's lineage (``lineage``,
+    UTF-8 bytes), written uncompressed (``numpy.savez``) to a temporary file and renamed, so a
+    reader sees a whole file or none. ``load`` reads the most recently written one, without its
+    texts when asked for the digest it has; a file that does not load (damaged, another format or
+    Python) is logged and skipped. Files written before the digest (2026-11-28) load with their
+    texts. Only the ``keep`` newest files stay.
 
     >>> import tempfile
     >>> folder = CompiledIndexFolder(Path(tempfile.mkdtemp()))
     >>> index = MatchIndex()
     >>> index.apply([("s1", "x > 1")])
     >>> folder.save(index, {"s1": "x > 1"}, 7)
-    >>> loaded, filters = folder.load()
-    >>> loaded.match([{"x": 2}]).ids(0), filters
-    (['s1'], {'s1': 'x > 1'})
+    >>> loaded = folder.load()
+    >>> loaded.index.match([{"x": 2}]).ids(0), loaded.texts, loaded.version
+    (['s1'], {'s1': 'x > 1'}, 7)
+    >>> from routing.matching.digest import texts_digest
+    >>> folder.load(texts_digest({"s1": "x > 1"})).texts is None  # the texts asked for: not read
+    True
     >>> folder.texts(7, ""), folder.texts(7, "another run"), folder.texts(8, "")
     ({'s1': 'x > 1'}, None, None)
     """
@@ -236,6 +244,7 @@ class CompiledIndexFolder:
         texts, text_offsets = pack_strings(list(filters.values()))
         arrays.update(filter_ids=ids, filter_id_offsets=id_offsets, filter_texts=texts, filter_offsets=text_offsets)
         arrays["lineage"] = np.frombuffer(lineage.encode(), np.uint8)
+        arrays["texts_digest"] = np.frombuffer(texts_digest(filters).encode(), np.uint8)
         tmp = self.folder / f".index-{version}-{os.getpid()}.tmp"
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -249,16 +258,25 @@ class CompiledIndexFolder:
         for old in self._files()[self.keep :]:
             old.unlink(missing_ok=True)
 
-    def load(self) -> tuple[MatchIndex, dict[str, str]] | None:
-        """The most recently written index that loads, with the texts it holds; None if none does."""
+    def load(self, digest: str | None = None) -> LoadedIndex | None:
+        """The most recently written index that loads, with the texts it holds, or without them
+        (not read) when they have ``digest``; None if none loads."""
         for path in self._files():
             try:
                 with np.load(path) as npz:
-                    arrays = {name: npz[name] for name in npz.files}
-                arrays.pop("lineage", None)
-                ids = unpack_strings(arrays.pop("filter_ids"), arrays.pop("filter_id_offsets"))
-                texts = unpack_strings(arrays.pop("filter_texts"), arrays.pop("filter_offsets"))
-                return MatchIndex.from_arrays(arrays), dict(zip(ids, texts, strict=True))
+                    names = set(npz.files)
+                    same = digest is not None and "texts_digest" in names
+                    same = same and npz["texts_digest"].tobytes() == cast(str, digest).encode()
+                    lineage = npz["lineage"].tobytes().decode() if "lineage" in names else ""
+                    skipped = _BESIDE_INDEX if same else ("lineage", "texts_digest")
+                    arrays = {name: npz[name] for name in npz.files if name not in skipped}
+                held = None
+                if not same:
+                    ids = unpack_strings(arrays.pop("filter_ids"), arrays.pop("filter_id_offsets"))
+                    texts = unpack_strings(arrays.pop("filter_texts"), arrays.pop("filter_offsets"))
+                    held = dict(zip(ids, texts, strict=True))
+                version = int(path.name[len("index-") : -len(".npz")])
+                return LoadedIndex(MatchIndex.from_arrays(arrays), held, version, lineage)
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
                 _log.warning(f"compiled index {path} does not load ({exc}); skipped")
         return None

@@ -20,6 +20,9 @@ oracle
 collector
     :func:`collector_paused`: Python's garbage collector held off (and the heap frozen) during
     bulk loads of subscriptions.
+digest
+    :func:`texts_digest`: an order-free digest of an ``id -> filter text`` map, by which a
+    restarted worker knows that a compiled index's texts are the snapshot's without reading it.
 kernels
     The numba-compiled inner loops of :class:`MatchIndex` (internal).
 numeric_form
@@ -44,6 +47,7 @@ Examples
 """
 
 from routing.matching.collector import collector_paused
+from routing.matching.digest import texts_digest
 from routing.matching.index import COMPILED_FORMAT, BruteForceIndex, EventBatch, Matches, MatchIndex
 from routing.matching.language import (
     END_OF_INPUT,
@@ -69,6 +73,7 @@ from routing.matching.table import (
     CompiledStore,
     Delta,
     IndexReplica,
+    LoadedIndex,
     Outcome,
     SubscriptionRecord,
     SubscriptionTable,
@@ -89,6 +94,7 @@ __all__ = [
     "FilterError",
     "IndexReplica",
     "Kind",
+    "LoadedIndex",
     "MatchIndex",
     "Matches",
     "Op",
@@ -108,6 +114,7 @@ __all__ = [
     "parse_filter",
     "plan_change",
     "plan_changes",
+    "texts_digest",
     "unpack_strings",
     "validate_filter",
 ]

@@ -67,6 +67,7 @@ __all__ = [
     "CompiledStore",
     "Delta",
     "IndexReplica",
+    "LoadedIndex",
     "Outcome",
     "SubscriptionRecord",
     "SubscriptionTable",
@@ -278,18 +279,44 @@ class SubscriptionTable:
         return self._bridge
 
 
+@dataclass(frozen=True)
+class LoadedIndex:
+    """A compiled index as ``CompiledStore.load`` returns it.
+
+    Attributes
+    ----------
+    index : MatchIndex
+        The loaded index.
+    texts : dict or None
+        The ``id -> filter text`` map the index holds; None only when the store was asked for a
+        digest (``routing.matching.digest.texts_digest``) that the saved map has: the map then
+        equals the one that digest was taken of, and it is not read.
+    version : int
+        The table version the index was saved at.
+    lineage : str
+        The lineage it was saved under ("" for none).
+    """
+
+    index: MatchIndex
+    texts: dict[str, str] | None
+    version: int
+    lineage: str
+
+
 class CompiledStore(Protocol):
     """Where an ``IndexReplica`` keeps the compiled form of its index between processes
     (``streaming.subscription_store.CompiledIndexFolder`` on disk).
 
     ``save`` stores a ``MatchIndex`` (``MatchIndex.to_arrays``) with the ``id -> filter text``
-    map it holds, the table version it equals and the lineage of that table (a name under which
-    one version means one content; "" for none); ``load`` returns the latest saved index and its
-    map, or None when there is none that loads (missing, of another format, damaged); ``texts``
+    map it holds and that map's digest (``routing.matching.digest.texts_digest``), the table
+    version it equals and the lineage of that table (a name under which one version means one
+    content; "" for none); ``load`` returns the latest saved index that loads (a
+    :class:`LoadedIndex`) with its map, or without it when ``digest`` is the saved map's digest,
+    or None when there is none that loads (missing, of another format, damaged); ``texts``
     returns the map saved at ``version`` under ``lineage``, or None when there is none.
     """
 
-    def load(self) -> tuple[MatchIndex, dict[str, str]] | None: ...
+    def load(self, digest: str | None = None) -> LoadedIndex | None: ...
 
     def save(self, index: MatchIndex, filters: Mapping[str, str], version: int, lineage: str = "") -> None: ...
 
@@ -315,8 +342,10 @@ class IndexReplica:
     compiled : CompiledStore, optional
         Where compiled indexes are kept (``MatchIndex`` replicas only). A replica that must load a
         snapshot loads the latest one and applies what differs between the texts saved with it
-        and the snapshot, instead of compiling every filter. A save is due, for the next
-        ``save_compiled``, after a build from a snapshot (not empty), and after a sync that
+        and the snapshot, instead of compiling every filter; when the snapshot's digest is
+        shipped (``sync``'s ``base_digest``) and the latest one's texts have it, the replica
+        takes that index as it is, reading neither the snapshot nor the saved texts. A save is
+        due, for the next ``save_compiled``, after a build from a snapshot (not empty), and after a sync that
         reaches a new base (a load or a bridge) once at least ``save_min`` changes were applied
         since the index was built, loaded or saved.
     save_min : int
@@ -343,9 +372,11 @@ class IndexReplica:
     whatever table version or run it came from, so the replica equals the snapshot either way.
     A save writes the texts at the replica's version: those of the replica's last save (with a
     ``lineage``, when the store still has them and the last sync's bridge and deltas reach from
-    there), or the last sync's snapshot, with the changes since. ``rebuilds`` counts the loads
-    of a snapshot, ``bridges`` the bases reached by a bridge, ``compiled_loads`` the compiled
-    indexes loaded and ``compiled_saves`` those saved.
+    there), or the last sync's snapshot, with the changes since; an index loaded by its digest
+    counts as the replica's last save when it was saved under the replica's lineage. ``rebuilds``
+    counts the loads of a snapshot, ``bridges`` the bases reached by a bridge,
+    ``compiled_loads`` the compiled indexes loaded, ``digest_loads`` those of them taken by the
+    snapshot's digest (the snapshot not read) and ``compiled_saves`` those saved.
     """
 
     def __init__(
@@ -369,6 +400,7 @@ class IndexReplica:
         self.rebuilds = 0
         self.bridges = 0
         self.compiled_loads = 0
+        self.digest_loads = 0
         self.compiled_saves = 0
         self._save_due = False
         self._unsaved = 0  # changes applied since the index was built, loaded or saved
@@ -391,6 +423,7 @@ class IndexReplica:
         deltas: Iterable[Delta],
         version: int,
         bridge: Bridge | None = None,
+        base_digest: str | None = None,
     ) -> None:
         """Bring the index to ``version``.
 
@@ -416,6 +449,10 @@ class IndexReplica:
             ``(b, load)``: ``load()`` returns the table's changes over ``(b, base_version]`` in
             version order (``SubscriptionTable.bridge``); called only by a replica at a version
             in ``[b, base_version)``, which then reaches the base without the snapshot.
+        base_digest : str, optional
+            ``routing.matching.digest.texts_digest`` of the snapshot: a replica that must load
+            the snapshot and whose latest compiled index was saved with texts of that digest
+            takes that index as it is, without calling ``load_base``.
         """
         if self._version == version and base_version <= version:
             return  # at the version already (most micro-batches): no delta to walk, nothing to apply
@@ -430,7 +467,7 @@ class IndexReplica:
                 self.bridges += 1
             if current is None or current < base_version or current > version:
                 self._version = None  # a load that fails leaves a replica that loads again
-                self._load(load_base)
+                self._load(load_base, base_digest)
                 current, crossed = base_version, True
             changes.update(_last_changes(deltas, current, version))
             self._index.apply(list(changes.items()))
@@ -440,12 +477,23 @@ class IndexReplica:
             if crossed and self._compiled is not None and isinstance(self._index, MatchIndex):
                 self._save_due = self._save_due or self._unsaved >= self._save_min
 
-    def _load(self, load_base: Callable[[], Iterable[tuple[str, str]]]) -> None:
-        """Make the index equal to the snapshot: the latest compiled index and what differs from
-        it, or a new index built from the snapshot."""
-        loaded = None if self._compiled is None else self._compiled.load()
+    def _load(self, load_base: Callable[[], Iterable[tuple[str, str]]], digest: str | None = None) -> None:
+        """Make the index equal to the snapshot: the latest compiled index, as it is when its
+        texts have the snapshot's ``digest``, else with what differs from it applied; or a new
+        index built from the snapshot."""
+        loaded = None if self._compiled is None else self._compiled.load(digest)
+        held = None if loaded is None else loaded.texts
+        if loaded is not None and held is None and digest is not None:
+            # its texts have the snapshot's digest: neither is read (docs/decisions/compiled-index.md)
+            self._index, self._unsaved, self._save_due = loaded.index, 0, False
+            self.compiled_loads, self.digest_loads = self.compiled_loads + 1, self.digest_loads + 1
+            # a file of this lineage holds its texts at its version: the next save may start there
+            same = self._lineage is not None and loaded.lineage == self._lineage
+            self._saved = loaded.version if same else None
+            self.rebuilds += 1
+            return
         base = load_base()
-        if loaded is None:
+        if loaded is None or held is None:
             self._index = self._factory()  # the old index goes before the new one is built
             items = base if isinstance(base, list) else list(base)
             if isinstance(self._index, MatchIndex):
@@ -455,7 +503,7 @@ class IndexReplica:
             self._unsaved = len(items)
             self._save_due = len(items) > 0 and self._compiled is not None and isinstance(self._index, MatchIndex)
         else:
-            (self._index, held), self.compiled_loads = loaded, self.compiled_loads + 1
+            self._index, self.compiled_loads = loaded.index, self.compiled_loads + 1
             snapshot = dict(base)
             diff: list[tuple[str, str | None]] = [(sid, None) for sid in held.keys() - snapshot.keys()]
             diff += compress(snapshot.items(), map(ne, map(held.get, snapshot.keys()), snapshot.values()))  # C loops
@@ -496,6 +544,8 @@ class IndexReplica:
             return None
         base_version, _, deltas, bridge = source
         version = cast(int, self._version)
+        if saved > version:
+            return None  # a save ahead of the replica (not under one lineage): read the snapshot
         if saved >= base_version:
             changes = _last_changes(deltas, saved, version)
         elif bridge is not None and bridge[0] <= saved:

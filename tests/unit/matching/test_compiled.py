@@ -19,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from routing.matching.digest import texts_digest
 from routing.matching.index import BruteForceIndex, MatchIndex
 from routing.matching.language import Filter
-from routing.matching.table import IndexReplica, SubscriptionTable
+from routing.matching.table import IndexReplica, LoadedIndex, SubscriptionTable
 from streaming.subscription_store import CompiledIndexFolder
 from tests.strategies import INDEX_IDS, index_events, index_filters
 
@@ -176,11 +177,12 @@ def test_a_replica_that_loads_applies_the_difference_in_one_batch(tmp_path: Path
     index.apply(held.items())
     folder.save(index, held, 3)
     applied: list[list[tuple[str, Filter | str | None]]] = []
-    loaded_index, filters = folder.load()  # type: ignore[misc]
-    assert filters == held
+    loaded = folder.load()
+    assert loaded is not None and loaded.texts == held and loaded.version == 3 and loaded.lineage == ""
+    loaded_index, filters = loaded.index, loaded.texts
 
     class Spy:
-        def load(self) -> tuple[MatchIndex, dict[str, str]] | None:
+        def load(self, digest: str | None = None) -> LoadedIndex | None:
             original = loaded_index.apply
 
             def apply(changes: Iterable[tuple[str, Filter | str | None]]) -> None:
@@ -189,7 +191,7 @@ def test_a_replica_that_loads_applies_the_difference_in_one_batch(tmp_path: Path
                 original(staged)
 
             loaded_index.apply = apply  # type: ignore[method-assign]
-            return loaded_index, dict(filters)
+            return LoadedIndex(loaded_index, dict(filters), 3, "")
 
         def save(self, index: MatchIndex, filters: Mapping[str, str], version: int) -> None:
             pytest.fail("a small difference is not saved")
@@ -212,8 +214,8 @@ def test_the_folder_skips_damaged_files_and_keeps_the_newest(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index-2.npz", "index-3.npz"]
     (tmp_path / "index-4.npz").write_bytes(b"not a zip file")  # the newest, and damaged
     loaded = folder.load()
-    assert loaded is not None and loaded[1] == {"a": "x > 3"}
-    assert loaded[0].match([{"x": 3.5}]).all_ids() == [["a"]]
+    assert loaded is not None and loaded.texts == {"a": "x > 3"}
+    assert loaded.index.match([{"x": 3.5}]).all_ids() == [["a"]]
 
 
 def test_saves_across_bridges_take_the_texts_of_the_last_save_not_the_snapshot(tmp_path: Path) -> None:
@@ -268,3 +270,145 @@ def test_a_save_without_the_last_saves_texts_reads_the_snapshot(tmp_path: Path) 
     replica.sync(table.version, lambda: reads.append(1) or snapshot.items(), (), table.version, (start, lambda: bridge))
     assert not reads and replica.save_compiled() and reads == [1]
     assert folder.texts(table.version, "run-1") == {"b": "y = 2", "c": "z < 3"}
+
+
+# --- a restart by the snapshot's digest -----------------------------------------------------------
+
+
+def _unread() -> Iterable[tuple[str, str]]:
+    pytest.fail("a replica loading by the snapshot's digest must not read the snapshot")
+
+
+def _oracle_ids(filters: Mapping[str, str], events: list[dict[str, object]]) -> list[list[str]]:
+    oracle = BruteForceIndex()
+    oracle.apply(filters.items())
+    return oracle.match(events).all_ids()
+
+
+@PARITY
+@given(
+    subs=st.dictionaries(st.sampled_from(INDEX_IDS), index_filters().map(str), max_size=12),
+    later=st.dictionaries(st.sampled_from(INDEX_IDS), st.one_of(st.none(), index_filters().map(str)), max_size=6),
+    events=st.lists(index_events(), min_size=1, max_size=12),
+)
+def test_a_replica_with_the_snapshots_digest_takes_the_saved_index_unread_and_equals_the_oracle(
+    tmp_path_factory: pytest.TempPathFactory,
+    subs: dict[str, str],
+    later: dict[str, str | None],
+    events: list[dict[str, object]],
+) -> None:
+    """A run saves its index; the next run's replica, shipped the digest of the same snapshot,
+    loads it without reading the snapshot or the saved texts, then applies the deltas after it."""
+    folder = CompiledIndexFolder(tmp_path_factory.mktemp("compiled"))
+    table = SubscriptionTable()
+    table.apply(subs.items())
+    table.snapshot()
+    snapshot = dict(table.filters)
+    first = IndexReplica(compiled=folder, save_min=1, lineage="run-1")
+    first.sync(table.version, lambda: snapshot.items(), (), table.version)
+    assert first.save_compiled() == bool(subs)
+    table.apply(later.items())  # the next run: changes after its first snapshot
+    second = IndexReplica(compiled=folder, lineage="run-2")
+    load_base = _unread if subs else lambda: iter(())  # nothing saved: an empty snapshot is built
+    second.sync(table.base_version, load_base, table.deltas(), table.version, base_digest=texts_digest(snapshot))
+    if subs:
+        assert (second.compiled_loads, second.digest_loads, second.rebuilds) == (1, 1, 1)
+        assert second.index.match(events).all_ids() == _oracle_ids(table.filters, events)
+        assert len(second.index) == len(table)
+    assert not second.save_compiled()  # nothing due: the loaded index was saved with these texts
+
+
+def test_a_digest_is_only_asked_of_the_store_and_the_texts_are_not_read(tmp_path: Path) -> None:
+    """The folder leaves the texts' arrays unread for the digest they have, and reads them for
+    another digest or none."""
+    folder = CompiledIndexFolder(tmp_path)
+    index = MatchIndex()
+    held = {"a": "x > 1", "b": "y = 'q'"}
+    index.apply(held.items())
+    folder.save(index, held, 4, "run-1")
+    same = folder.load(texts_digest(held))
+    assert same is not None and same.texts is None and (same.version, same.lineage) == (4, "run-1")
+    assert same.index.match([{"x": 2, "y": "q"}]).all_ids() == [["a", "b"]]
+    other = folder.load(texts_digest({"a": "x > 1"}))
+    assert other is not None and other.texts == held
+    plain = folder.load()
+    assert plain is not None and plain.texts == held
+
+
+def test_a_mismatching_digest_diffs_the_snapshot_as_before(tmp_path: Path) -> None:
+    folder = CompiledIndexFolder(tmp_path)
+    index = MatchIndex()
+    held = {"a": "x > 1", "b": "y = 'q'", "c": "z < 3"}
+    index.apply(held.items())
+    folder.save(index, held, 3, "run-1")
+    snapshot = {"a": "x > 1", "b": "y = 'r'", "d": "w exists"}
+    reads: list[int] = []
+    replica = IndexReplica(compiled=folder, lineage="run-2")
+    replica.sync(5, lambda: reads.append(1) or snapshot.items(), (), 5, base_digest=texts_digest(snapshot))
+    assert reads == [1] and (replica.compiled_loads, replica.digest_loads) == (1, 0)
+    events: list[dict[str, object]] = [{"x": 2, "y": "r", "z": 1, "w": 0}, {"y": "q", "z": 1}]
+    assert replica.index.match(events).all_ids() == _oracle_ids(snapshot, events) == [["a", "b", "d"], []]
+
+
+def test_a_file_without_a_digest_loads_with_its_texts(tmp_path: Path) -> None:
+    """A file written before the digest: the replica diffs the snapshot against its texts."""
+    folder = CompiledIndexFolder(tmp_path)
+    index = MatchIndex()
+    held = {"a": "x > 1", "b": "y = 'q'"}
+    index.apply(held.items())
+    folder.save(index, held, 2)
+    path = tmp_path / "index-2.npz"
+    with np.load(path) as npz:
+        arrays = {name: npz[name] for name in npz.files if name != "texts_digest"}
+    with path.open("wb") as f:
+        np.savez(f, **arrays)  # type: ignore[arg-type]
+    loaded = folder.load(texts_digest(held))
+    assert loaded is not None and loaded.texts == held
+    reads: list[int] = []
+    replica = IndexReplica(compiled=folder)
+    replica.sync(2, lambda: reads.append(1) or held.items(), (), 2, base_digest=texts_digest(held))
+    assert reads == [1] and (replica.compiled_loads, replica.digest_loads) == (1, 0)
+    assert replica.index.match([{"x": 2, "y": "q"}]).all_ids() == [["a", "b"]]
+
+
+def _saved_run(folder: CompiledIndexFolder, lineage: str) -> tuple[SubscriptionTable, dict[str, str]]:
+    """A table of 40 range filters, snapshotted, and its index saved under ``lineage``."""
+    table = SubscriptionTable(rebase_min=1, rebase_fraction=0.0)
+    table.apply([(f"s{i}", f"x between {i} and {i + 10}") for i in range(40)])
+    table.snapshot()
+    snapshot = dict(table.filters)
+    replica = IndexReplica(compiled=folder, save_min=1, lineage=lineage)
+    replica.sync(table.version, lambda: snapshot.items(), (), table.version)
+    assert replica.save_compiled()
+    return table, snapshot
+
+
+@pytest.mark.parametrize("lineage", ["run-2", "run-1"])
+def test_a_save_after_a_load_by_digest_has_the_tables_texts(tmp_path: Path, lineage: str) -> None:
+    """After a load by the digest, the table rebases and the replica crosses by the bridge and
+    saves. Under another lineage (a restarted job) the save reads the snapshot it was last
+    shipped; under the lineage of the loaded file it starts from that file's texts and never
+    reads a snapshot. Either way the file's texts are the table's, and a new replica that loads
+    it by their digest answers like the oracle."""
+    folder = CompiledIndexFolder(tmp_path)
+    table, snapshot = _saved_run(folder, "run-1")
+    replica = IndexReplica(compiled=folder, save_min=1, lineage=lineage)
+    replica.sync(table.version, _unread, (), table.version, base_digest=texts_digest(snapshot))
+    assert replica.digest_loads == 1 and not replica.save_compiled()
+    table.apply([("s1", None), ("s2", "x < 0"), ("n", "x = 5")])
+    table.snapshot()
+    at_base = dict(table.filters)  # the new snapshot
+    table.apply([("s3", None)])
+    start, bridge = table.bridge()
+    now = dict(table.filters)
+    reads: list[int] = []
+    replica.sync(table.base_version, lambda: reads.append(1) or at_base.items(), table.deltas(), table.version,
+                 (start, lambda: bridge))  # fmt: skip
+    assert replica.bridges == 1 and reads == []
+    assert replica.save_compiled()
+    assert reads == ([1] if lineage == "run-2" else [])
+    assert folder.texts(table.version, lineage) == now
+    fresh = IndexReplica(compiled=folder)
+    fresh.sync(table.version, _unread, (), table.version, base_digest=texts_digest(now))
+    events: list[dict[str, object]] = [{"x": x} for x in (-1, 0, 3, 5, 12, 25, 38, 45, 60)]
+    assert fresh.digest_loads == 1 and fresh.index.match(events).all_ids() == _oracle_ids(now, events)

@@ -13,6 +13,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from routing.matching.digest import texts_digest
 from routing.matching.index import BruteForceIndex
 from routing.matching.table import SubscriptionTable
 from schemas.codec import codec_for, decode
@@ -137,3 +138,67 @@ def test_a_replica_at_the_shipped_version_keeps_its_index_version() -> None:
     table.apply([("c", "x > 5")])
     changed = by_rank()
     assert changed is not first and changed.tolist() == ["a", "b", "c"]
+
+
+class _Broadcast:
+    """A Spark broadcast stand-in that counts the reads of its value."""
+
+    def __init__(self, value: Any) -> None:
+        self._value, self.reads = value, 0
+
+    @property
+    def value(self) -> Any:
+        self.reads += 1
+        return self._value
+
+    def unpersist(self, blocking: bool = False) -> None:
+        pass
+
+
+def _shipper(kind: str = "match", compiled_dir: str | None = "compiled") -> Any:
+    from streaming.matching_job import _Shipper
+
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(broadcast=_Broadcast))
+    return _Shipper(spark, "job", kind, compiled_dir)  # type: ignore[arg-type]
+
+
+def test_the_shipper_sends_the_digest_of_the_runs_first_snapshot_only() -> None:
+    table = SubscriptionTable(rebase_min=1, rebase_fraction=0.0)
+    table.apply([("a", "x > 1"), ("b", "y = 2")])
+    table.snapshot()
+    shipper = _shipper()
+    first = shipper.ship(table)
+    assert first.base_digest == texts_digest(table.filters)
+    table.apply([("c", "z < 3")])  # a delta, the same base: the same digest
+    assert shipper.ship(table).base_digest == first.base_digest
+    table.snapshot()
+    table.apply([("d", "w exists")])
+    later = shipper.ship(table)  # a new base: workers cross it by the bridge, new ones diff
+    assert later.base_version > first.base_version and later.base_digest is None
+    for kind, folder in (("brute-force", "compiled"), ("match", None)):  # no compiled index to skip to
+        assert _shipper(kind, folder).ship(table).base_digest is None
+
+
+def test_a_restarted_worker_with_the_shipped_digest_never_reads_the_snapshot(tmp_path: Any) -> None:
+    """A run's worker builds and saves its index; the next run's worker (a new replica), shipped
+    the digest of the same snapshot, loads that index and never fetches the snapshot broadcast."""
+    arrow_matching._REPLICAS.clear()
+    table = SubscriptionTable()
+    table.apply([(f"s{i}", f"x between {i} and {i + 5}") for i in range(20)])
+    table.snapshot()
+    folder = str(tmp_path / "compiled")
+    run1 = ShipState("run-1", "match", table.version, _Broadcast(dict(table.filters)), (), table.version,
+                     compiled_dir=folder)  # fmt: skip
+    arrow_matching.replica_for(run1)
+    arrow_matching.save_compiled(run1)  # its first save reads the snapshot again
+    assert run1.base.reads == 2 and list((tmp_path / "compiled").glob("index-*.npz"))
+    table.apply([("s0", None), ("n", "x = 3")])  # the next run's first batch changes two
+    run2 = ShipState("run-2", "match", table.base_version, _Broadcast(dict(table.filters)), table.deltas(),
+                     table.version, compiled_dir=folder, base_digest=texts_digest(run1.base._value))  # fmt: skip
+    replica = arrow_matching.replica_for(run2)
+    assert run2.base.reads == 0 and replica.digest_loads == 1
+    events = [{"x": x} for x in (0, 3, 7, 24, 30)]
+    oracle = BruteForceIndex()
+    oracle.apply(table.filters.items())
+    assert replica.index.match(events).all_ids() == oracle.match(events).all_ids()
+    arrow_matching._REPLICAS.clear()
