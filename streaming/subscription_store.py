@@ -50,7 +50,7 @@ import re
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import orjson
@@ -265,8 +265,11 @@ class CompiledIndexFolder:
             try:
                 with np.load(path) as npz:
                     names = set(npz.files)
-                    same = digest is not None and "texts_digest" in names
-                    same = same and npz["texts_digest"].tobytes() == cast(str, digest).encode()
+                    same = (
+                        digest is not None
+                        and "texts_digest" in names
+                        and npz["texts_digest"].tobytes() == digest.encode()
+                    )
                     lineage = npz["lineage"].tobytes().decode() if "lineage" in names else ""
                     skipped = _BESIDE_INDEX if same else ("lineage", "texts_digest")
                     arrays = {name: npz[name] for name in npz.files if name not in skipped}
