@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FIELDS",
     "KEEP_STATES",
+    "RAW_EXPRS",
     "RAW_SCHEMA",
     "BatchStats",
     "DriverBatch",
@@ -142,7 +143,8 @@ _ENUMS = ("t_kind", "s_op")  # enum-typed fields, read as their symbol text
 
 RAW_SCHEMA = "topic string, partition int, offset long, ts_ms long, key binary, value binary"
 """The raw Kafka rows as the driver jobs collect them (``ts_ms``: the record's timestamp)."""
-_RAW_EXPRS = ("topic", "partition", "offset", "unix_millis(timestamp) AS ts_ms", "key", "value")
+RAW_EXPRS = ("topic", "partition", "offset", "unix_millis(timestamp) AS ts_ms", "key", "value")
+"""A Kafka frame's columns as :data:`RAW_SCHEMA` (``DataFrame.selectExpr``)."""
 
 
 class TopicReader:
@@ -573,7 +575,7 @@ class DriverBatch(ABC):
 
         raw = self._consume(batch_id) if self.driver_consumer else None
         if raw is None:
-            raw = self.rows(batch, batch_id).selectExpr(*_RAW_EXPRS).toArrow()
+            raw = self.rows(batch, batch_id).selectExpr(*RAW_EXPRS).toArrow()
         stats.read_ms = (time.monotonic() - started) * 1000
         t0 = time.monotonic()
         topics = raw.column("topic")

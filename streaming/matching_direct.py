@@ -16,9 +16,10 @@ Spark application:
    (``schemas.match_records``): each valid event's ``Match`` record keyed by ``event_id``, each bad
    event's ``DeadLetter`` keyed ``topic/partition/offset`` through the sink's ``topic`` column.
 2. **Rejected subscriptions.** A second query reads the subscriptions topic (processing-time
-   trigger ``rejections_interval``, ``foreachBatch``): each micro-batch's records are decoded in
-   the JVM (``streaming.decode``), judged by ``routing.matching.table.plan_changes`` on the driver
-   and the rejected ones (values that do not decode or break a rule, filters that do not parse,
+   trigger ``rejections_interval``, ``foreachBatch``): each micro-batch's records are decoded by
+   the driver jobs' ``streaming.driver_batch.TopicReader`` (its columnar fast path, the JVM for
+   the values it refers), judged by ``routing.matching.table.plan_changes`` on the driver and
+   the rejected ones (values that do not decode or break a rule, filters that do not parse,
    with the parser's message) go to the dead-letter topic, exactly as the exact mode writes them
    (``streaming.matching_job.subscription_dead_letters``). The workers only count rejections, so
    each bad record gets one dead letter (a replay after a crash rewrites it, same key).
@@ -54,7 +55,7 @@ import pyarrow as pa
 from routing.matching.index import EventBatch
 from schemas.event_records import decode_rows
 from schemas.match_records import OUTPUT_SCHEMA, Targets, match_values, output_batches
-from schemas.topics import SUBSCRIPTIONS_TOPIC, TOPICS
+from schemas.topics import SUBSCRIPTIONS_TOPIC
 from streaming import logs
 from streaming.subscription_follower import FollowSpec, follower_for
 
@@ -98,13 +99,16 @@ class RejectionBatch:
         self.spark, self.cfg = spark, cfg
         self.records = self.rejected = 0
         self._writer: Any = None  # the KafkaWriter of the dead letters, made on first use
+        self._reader: Any = None  # the subscriptions topic's TopicReader, made on first use
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from routing.matching.table import plan_changes
-        from streaming.decode import decode
-        from streaming.matching_job import SubscriptionRows, subscription_columns, subscription_dead_letters
+        from streaming.driver_batch import RAW_EXPRS, TopicReader
+        from streaming.matching_job import SubscriptionRows, subscription_dead_letters
 
-        rows = SubscriptionRows(subscription_columns(decode(batch, TOPICS[SUBSCRIPTIONS_TOPIC])).toArrow())
+        if self._reader is None:
+            self._reader = TopicReader(self.spark, SUBSCRIPTIONS_TOPIC, "matching", raw=True)
+        rows = SubscriptionRows(self._reader.collect(batch.selectExpr(*RAW_EXPRS).toArrow()))
         outcomes = plan_changes(rows.records())
         rejected = [(rows.row(i), o.rejection) for i, o in enumerate(outcomes) if o.rejection is not None]
         if rejected:

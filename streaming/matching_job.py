@@ -7,8 +7,10 @@ before ``B`` runs. ``foreachBatch`` then:
 
 1. **Subscriptions, on the driver.** The subscription records of ``B`` are read by offset range
    (``B - 1``'s end offsets to ``B``'s, from Spark's offset log; no read at all when the topic did
-   not move, which is most batches), decoded and validated in the JVM (``streaming.decode``), and
-   applied in (partition, offset) order to the driver's ``SubscriptionTable`` through
+   not move, which is most batches) with a consumer of the driver's own
+   (``streaming.readers.read_range``), decoded and validated by the driver jobs' ``TopicReader``
+   (``streaming.driver_batch``: a columnar fast path, and the JVM's ``streaming.decode`` for the
+   values it refers, which gives the verdicts and reasons), and applied in (partition, offset) order to the driver's ``SubscriptionTable`` through
    ``routing.matching.table.plan_changes``: a filter is validated with ``validate_filter``, a bad one
    goes to the dead-letter topic with the parser's message, composites are skipped, tombstones
    and ``unsubscribe`` remove. The batch's changes (or a snapshot) are written to
@@ -87,8 +89,9 @@ from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
 from routing.matching.digest import texts_digest
 from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_changes
-from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC, TOPICS
+from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
 from streaming import logs
+from streaming.driver_batch import TopicReader
 from streaming.session import await_query, kafka_stream, start_batches
 from streaming.subscription_store import TableStore
 
@@ -99,6 +102,7 @@ if TYPE_CHECKING:
     from streaming.delivery import DeliveryStage
 
 __all__ = [
+    "READER_NAMES",
     "RECORD_COLUMNS",
     "BatchStats",
     "MatchingBatch",
@@ -108,7 +112,6 @@ __all__ = [
     "event_rows",
     "read_offset_log",
     "run",
-    "subscription_columns",
     "subscription_dead_letters",
     "to_record",
 ]
@@ -205,30 +208,19 @@ def event_rows(source: DataFrame, events_topic: str) -> DataFrame:
     return source.where(F.col("topic") == events_topic).select(*INPUT_COLUMNS)
 
 
-def subscription_columns(decoded: DataFrame) -> DataFrame:
-    """Decoded subscription rows -> what the driver needs to plan changes and write dead letters."""
-    from pyspark.sql import functions as F
-
-    rec = F.col("record")
-    return decoded.select(
-        "topic",
-        "partition",
-        "offset",
-        F.unix_millis("timestamp").alias("ts_ms"),
-        "key",
-        "value",
-        F.col("value").isNull().alias("tombstone"),
-        "error_code",
-        "reason",
-        rec["type"].alias("op"),
-        rec["subscription_id"].alias("subscription_id"),
-        rec["filter"].alias("filter"),
-        rec["composite"].alias("composite"),
-    )
-
-
 RECORD_COLUMNS = ("key", "tombstone", "error_code", "reason", "op", "subscription_id", "filter", "composite")
-"""The ``subscription_columns`` that make a ``SubscriptionRecord``, in ``_record``'s order."""
+"""The columns of :class:`SubscriptionRows` that make a ``SubscriptionRecord``, in ``_record``'s order."""
+
+READER_NAMES = {
+    "raw_key": "key",
+    "raw_value": "value",
+    "s_op": "op",
+    "s_id": "subscription_id",
+    "s_filter": "filter",
+    "s_composite": "composite",
+}
+"""``streaming.driver_batch.TopicReader``'s columns of the subscriptions topic (``raw=True``) by
+their names in :class:`SubscriptionRows`."""
 
 
 def _record(
@@ -254,13 +246,16 @@ def _record(
 
 
 def to_record(row: Any) -> SubscriptionRecord:
-    """A collected ``subscription_columns`` row as ``plan_change`` takes it."""
+    """A row of :class:`SubscriptionRows` (a mapping of its columns) as ``plan_change`` takes it."""
     return _record(*(row[c] for c in RECORD_COLUMNS))
 
 
 class SubscriptionRows:
-    """``subscription_columns`` rows collected as one Arrow table (``DataFrame.toArrow``: no Python
-    object per row and column on the way), sorted by (partition, offset).
+    """Decoded subscription records as one Arrow table (no Python object per row and column on
+    the way), sorted by (partition, offset): ``streaming.driver_batch.TopicReader``'s table of the
+    subscriptions topic (``raw=True``; its columns renamed by :data:`READER_NAMES`), or any table
+    with the columns :data:`RECORD_COLUMNS` and, for dead letters, topic, partition, offset,
+    ts_ms and value.
 
     >>> import pyarrow as pa
     >>> t = pa.table({"partition": [1, 0], "offset": [0, 5], "key": [b"s2", b"s1"], "tombstone": [True, False],
@@ -272,6 +267,7 @@ class SubscriptionRows:
     """
 
     def __init__(self, table: Any) -> None:
+        table = table.rename_columns([READER_NAMES.get(n, n) for n in table.column_names])
         self.table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
 
     def __len__(self) -> int:
@@ -290,8 +286,8 @@ class SubscriptionRows:
 def subscription_dead_letters(
     rejected: list[tuple[Any, tuple[str, str]]], deadletter_topic: str
 ) -> list[tuple[str, bytes, bytes]]:
-    """Kafka ``(topic, key, value)`` rows for rejected subscription records: ``(collected
-    subscription_columns row, (error_code, reason))`` pairs, encoded as the validation job does
+    """Kafka ``(topic, key, value)`` rows for rejected subscription records: ``(row of
+    SubscriptionRows, (error_code, reason))`` pairs, encoded as the validation job does
     (``schemas.rules.dead_letter``)."""
     from schemas.rules import dead_letter
 
@@ -445,19 +441,24 @@ class MatchingBatch:
             self.delivery = DeliveryStage(spark, cfg.conn, cfg.topic_prefix, cfg.delivery_folder, quiet)
         self.history: list[BatchStats] = []
         self._writer: KafkaWriter | None = None  # the driver's rows (rejected subscriptions)
+        self.reader = TopicReader(spark, SUBSCRIPTIONS_TOPIC, "matching", raw=True)
 
     # -- subscriptions ------------------------------------------------------------------------
 
     def _read_subscriptions(self, start: Mapping[int, int], end: Mapping[int, int]) -> SubscriptionRows | None:
         """Decoded subscription records in ``[start, end)`` per partition (a missing start: the
-        earliest offset), sorted by (partition, offset); None when there are none to read."""
-        from streaming.decode import decode
-        from streaming.session import kafka_range
+        earliest offset), sorted by (partition, offset); None when there are none to read.
 
-        raw = kafka_range(self.spark, self.cfg.conn, self.cfg.subscriptions_topic, start, end)
+        Read by ``streaming.readers.read_range`` (a consumer on the driver: a cold start reads the
+        whole topic, which Spark's batch read and the JVM's decode took four times longer to
+        collect) and decoded by the driver jobs' ``TopicReader`` (the columnar fast path, the
+        JVM's ``streaming.decode`` for the values it refers)."""
+        from streaming.readers import read_range
+
+        raw = read_range(self.cfg.conn, self.cfg.subscriptions_topic, start, end)
         if raw is None:
             return None
-        return SubscriptionRows(subscription_columns(decode(raw, TOPICS[SUBSCRIPTIONS_TOPIC])).toArrow())
+        return SubscriptionRows(self.reader.collect(raw))
 
     def _restore(self, batch_id: int) -> None:
         """The table as it was after ``batch_id - 1`` (see the module docstring, Restart)."""

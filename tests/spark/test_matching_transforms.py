@@ -102,9 +102,12 @@ def test_every_event_becomes_a_match_or_the_validation_jobs_dead_letter(spark) -
 
 
 def test_subscription_rows_plan_the_changes_and_their_dead_letters(spark) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.sql import functions as F
+
     from streaming.decode import dead_letters
     from streaming.decode import decode as spark_decode
-    from streaming.matching_job import subscription_columns, subscription_dead_letters, to_record
+    from streaming.driver_batch import RAW_EXPRS, TopicReader
+    from streaming.matching_job import SubscriptionRows, subscription_dead_letters
 
     codec = codec_for("Subscription")
 
@@ -123,16 +126,17 @@ def test_subscription_rows_plan_the_changes_and_their_dead_letters(spark) -> Non
         (b"s1", codec.encode({"type": "unsubscribe", "subscription_id": "s1"})),
         sub("s7", filter="c exists"),
     ]
-    frame = _frame(spark, "subs", values)
-    rows = sorted(subscription_columns(spark_decode(frame, SUBS)).collect(), key=lambda r: r["offset"])
+    frame = _frame(spark, "subs", values).withColumn("partition", F.lit(0))  # one partition: one order
+    reader = TopicReader(spark, "siftstream.subscriptions.v1", "matching", raw=True)
+    rows = SubscriptionRows(reader.collect(frame.selectExpr(*RAW_EXPRS).toArrow()))
     table = SubscriptionTable()
     rejected = []
-    for row in rows:
-        outcome = plan_change(to_record(row))
+    for i, record in enumerate(rows.records()):
+        outcome = plan_change(record)
         if outcome.change:
             table.apply([outcome.change])
         if outcome.rejection:
-            rejected.append((row, outcome.rejection))
+            rejected.append((rows.row(i), outcome.rejection))
     assert dict(table.filters) == {"s7": "c exists"}
     assert [(r["offset"], code) for r, (code, _) in rejected] == [
         (1, "invalid_filter"),
@@ -146,6 +150,6 @@ def test_subscription_rows_plan_the_changes_and_their_dead_letters(spark) -> Non
     # the decoder's own rejects are byte-identical to the validation job's dead letters
     reference = {bytes(r.key): bytes(r.value) for r in dead_letters(spark_decode(frame, SUBS)).collect()}
     assert {k: letters[k] for k in reference} == reference
-    bad_filter = decode(letters[b"subs/1/1"], "DeadLetter")[1]
+    bad_filter = decode(letters[b"subs/0/1"], "DeadLetter")[1]
     assert bad_filter["error_code"] == "invalid_filter" and "at position 7" in bad_filter["reason"]
     assert bad_filter["value"] == values[1][1] and bad_filter["source_timestamp"] == 1767268800123
