@@ -16,9 +16,13 @@ accept decode to the same fields: a parity test holds this path to ``schemas.cod
 ``schemas.rules.classify`` on generated records.
 
 Supported schemas (:func:`supports`): records whose fields are ``string``, ``long``, ``int``,
-``double`` or ``boolean``, or a union of ``null`` with one of them, and whose rules are of the
-kinds ``required``, ``absent``, ``non_empty``, ``finite``, ``min``, ``max`` and ``gt`` on those
-fields (a ``when`` condition on a boolean or numeric field).
+``double``, ``boolean`` or an enum defined in place, or a union of ``null`` with one of them, and
+whose rules are of the kinds ``required``, ``absent``, ``non_empty``, ``finite``, ``min``, ``max``
+and ``gt`` on those fields (``required`` and ``absent`` only on an enum), with a ``when``
+condition on a boolean or numeric field compared with a number, or on an enum field compared with
+one of its symbols, plus an ``EXACTLY_ONE`` pair of fields under such a condition. An enum is
+decoded to its symbol's index (an index outside the symbols is referred): ``Subscription``,
+``LinkSample``, ``BrokerSample`` and ``Receipt`` are supported.
 
 >>> from schemas.codec import codec_for
 >>> raw = [codec_for("Receipt").encode({"subscriber_id": "u1", "event_id": "e9", "received_at": 5}),
@@ -46,6 +50,7 @@ from schemas.segments import copy_bytes
 __all__ = [
     "T_BOOLEAN",
     "T_DOUBLE",
+    "T_ENUM",
     "T_INT",
     "T_LONG",
     "T_STRING",
@@ -63,44 +68,71 @@ __all__ = [
     "supports",
 ]
 
-T_STRING, T_LONG, T_INT, T_DOUBLE, T_BOOLEAN = 0, 1, 2, 3, 4
+T_STRING, T_LONG, T_INT, T_DOUBLE, T_BOOLEAN, T_ENUM = 0, 1, 2, 3, 4, 5
 _TYPES = {"string": T_STRING, "long": T_LONG, "int": T_INT, "double": T_DOUBLE, "boolean": T_BOOLEAN}
 _RULE_KINDS = frozenset({"required", "absent", "non_empty", "finite", "min", "max", "gt"})
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field of a flat record: its name, type code (``T_*``) and the union branch of null
-    (-1 when the field is not nullable)."""
+    """One field of a flat record: its name, type code (``T_*``), the union branch of null (-1
+    when the field is not nullable) and, for an enum, its symbols (index order)."""
 
     name: str
     type: int
     null_branch: int
+    symbols: tuple[str, ...] = ()
+
+
+def _type_of(t: Any) -> tuple[int, tuple[str, ...]] | None:
+    """The type code and symbols of a field's (non-union) type, None when unsupported. An enum
+    counts only where it is defined (a reference to a named type is not followed)."""
+    if isinstance(t, str):
+        return (_TYPES[t], ()) if t in _TYPES else None
+    if isinstance(t, dict) and t.get("type") == "enum":
+        symbols = tuple(t["symbols"])
+        return (T_ENUM, symbols) if symbols and all(isinstance(s, str) for s in symbols) else None
+    return None
 
 
 def _field(spec: dict[str, Any]) -> Field | None:
     t = spec["type"]
-    if isinstance(t, str):
-        return Field(spec["name"], _TYPES[t], -1) if t in _TYPES else None
-    if isinstance(t, list) and len(t) == 2 and "null" in t:
-        other = t[1 - t.index("null")]
-        if isinstance(other, str) and other in _TYPES:
-            return Field(spec["name"], _TYPES[other], t.index("null"))
-    return None
+    if isinstance(t, list):
+        if len(t) != 2 or "null" not in t:
+            return None
+        null_branch = t.index("null")
+        found = _type_of(t[1 - null_branch])
+    else:
+        null_branch = -1
+        found = _type_of(t)
+    return None if found is None else Field(spec["name"], found[0], null_branch, found[1])
 
 
-def _rule_supported(rule: Rule, types: dict[str, int]) -> bool:
-    if rule.kind not in _RULE_KINDS or rule.field not in types:
+def _when_supported(when: tuple[str, Any] | None, fields: dict[str, Field]) -> bool:
+    """Whether a ``when`` condition can be decided exactly from the columns: a boolean or numeric
+    field compared with a number, or an enum field compared with one of its symbols."""
+    if when is None:
+        return True
+    name, value = when
+    f = fields.get(name)
+    if f is None or f.type == T_STRING:
         return False
-    if rule.kind == "non_empty" and types[rule.field] != T_STRING:
+    if f.type == T_ENUM:
+        return isinstance(value, str) and value in f.symbols
+    return isinstance(value, bool | int | float)
+
+
+def _rule_supported(rule: Rule, fields: dict[str, Field]) -> bool:
+    if rule.kind not in _RULE_KINDS or rule.field not in fields:
         return False
-    if rule.kind in ("finite", "min", "max", "gt") and types[rule.field] == T_STRING:
+    t = fields[rule.field].type
+    if t == T_ENUM and rule.kind not in ("required", "absent"):
         return False
-    if rule.when is not None:
-        name, value = rule.when
-        if types.get(name) in (None, T_STRING) or not isinstance(value, bool | int | float):
-            return False
-    return True
+    if rule.kind == "non_empty" and t != T_STRING:
+        return False
+    if rule.kind in ("finite", "min", "max", "gt") and t == T_STRING:
+        return False
+    return _when_supported(rule.when, fields)
 
 
 @cache
@@ -108,12 +140,16 @@ def fields_of(name: str) -> tuple[Field, ...] | None:
     """The fields of record ``name`` when :class:`FlatDecoder` supports it, else None."""
     schema = codec_for(name).schema
     fields = tuple(_field(f) for f in schema["fields"])
-    if any(f is None for f in fields) or name in EXACTLY_ONE:
+    if any(f is None for f in fields):
         return None
     out = tuple(f for f in fields if f is not None)
-    types = {f.name: f.type for f in out}
-    if not all(_rule_supported(r, types) for r in rules_for(name)):
+    by_name = {f.name: f for f in out}
+    if not all(_rule_supported(r, by_name) for r in rules_for(name)):
         return None
+    if name in EXACTLY_ONE:
+        (a, b), when = EXACTLY_ONE[name]
+        if a not in by_name or b not in by_name or not _when_supported(when, by_name):
+            return None
     return out
 
 
@@ -179,10 +215,12 @@ def _double_bits(data: NDArray[np.uint8], pos: int) -> int:
 
 @numba.njit(cache=True, nogil=True)
 def _ascii_span(data: NDArray[np.uint8], pos: int, length: int) -> bool:
-    for k in range(pos, pos + length):  # noqa: SIM110 (a loop numba compiles; all() of a generator is not one)
-        if data[k] >= 0x80:
-            return False
-    return True
+    """Whether ``data[pos : pos + length]`` is ASCII: the bytes OR-ed together, a loop without an
+    exit that the compiler vectorizes (a long ASCII text, e.g. a filter, is the common case)."""
+    acc = np.uint8(0)
+    for k in range(pos, pos + length):
+        acc |= data[k]
+    return bool(acc < 0x80)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -193,6 +231,7 @@ def _decode(
     header: NDArray[np.uint8],
     types: NDArray[np.int64],
     null_branch: NDArray[np.int64],
+    n_symbols: NDArray[np.int64],
     ints: NDArray[np.int64],
     lens: NDArray[np.int64],
     present: NDArray[np.bool_],
@@ -200,10 +239,11 @@ def _decode(
 ) -> None:
     """Decode every value ``data[offsets[i]:offsets[i + 1]]`` (``valid[i]``: not null).
 
-    Per field ``f`` and row ``i``: ``ints[f, i]`` holds a long, int or boolean's value, a double's
-    bits, or a string's start in ``data`` (``lens[f, i]`` its length); ``present[f, i]`` is false
-    for a null. ``decoded[i]`` says the whole record decoded from the current version with ASCII
-    strings; the other rows' fields are garbage.
+    Per field ``f`` and row ``i``: ``ints[f, i]`` holds a long, int or boolean's value, an enum's
+    index (in ``[0, n_symbols[f])``), a double's bits, or a string's start in ``data``
+    (``lens[f, i]`` its length); ``present[f, i]`` is false for a null. ``decoded[i]`` says the
+    whole record decoded from the current version with ASCII strings and enum indices in range;
+    the other rows' fields are garbage.
     """
     n = len(valid)
     nf = len(types)
@@ -246,6 +286,12 @@ def _decode(
                     break
                 ints[f, i] = data[pos]
                 pos += 1
+            elif t == 5:  # enum: the symbol's index, an int
+                value, pos, ok = _varint(data, pos, end, 5)
+                if not ok or value < 0 or value >= n_symbols[f]:
+                    good = False
+                    break
+                ints[f, i] = value
             else:  # string: length, then ASCII bytes
                 length, pos, ok = _varint(data, pos, end, 10)
                 if not ok or length < 0 or pos + length > end:
@@ -363,8 +409,8 @@ class FlatColumns:
         return np.asarray(self._present[self._at(name)], dtype=np.bool_)
 
     def values(self, name: str) -> NDArray[Any]:
-        """The numbers of field ``name``: int64 (long, int), float64 (double) or bool (boolean);
-        0 where null."""
+        """The numbers of field ``name``: int64 (long, int, and an enum's symbol index), float64
+        (double) or bool (boolean); 0 where null."""
         k = self._at(name)
         t = self.fields[k].type
         if t == T_STRING:
@@ -374,6 +420,21 @@ class FlatColumns:
         if t == T_BOOLEAN:
             return np.asarray(self._ints[k] != 0)
         return np.asarray(self._ints[k])
+
+    def symbols(self, name: str) -> tuple[str, ...]:
+        """The symbols of enum field ``name``, in index order (what :meth:`values` indexes).
+
+        >>> from schemas.codec import codec_for
+        >>> import pyarrow as pa
+        >>> sub = {"type": "unsubscribe", "subscription_id": "s1", "issued_at": 5}
+        >>> out = FlatDecoder("Subscription").decode_values([codec_for("Subscription").encode(sub)])
+        >>> out.symbols("type"), out.values("type").tolist(), out.arrow("type", np.array([0]), pa.string()).to_pylist()
+        (('subscribe', 'unsubscribe'), [1], ['unsubscribe'])
+        """
+        f = self.fields[self._at(name)]
+        if f.type != T_ENUM:
+            raise TypeError(f"{name} is not an enum")
+        return f.symbols
 
     def lengths(self, name: str) -> NDArray[np.int64]:
         """Per row, the length of string field ``name`` (garbage where null)."""
@@ -389,7 +450,8 @@ class FlatColumns:
 
     def arrow(self, name: str, rows: NDArray[Any], kind: Any) -> Any:
         """Field ``name`` at ``rows`` as an Arrow array of type ``kind`` (a string or numeric
-        Arrow type), null where the field is null.
+        Arrow type), null where the field is null. An enum as a string type is its symbols' text
+        (as a numeric type, their indices).
 
         >>> from schemas.codec import codec_for
         >>> import pyarrow as pa
@@ -403,6 +465,9 @@ class FlatColumns:
         import pyarrow as pa
 
         present = self.present(name)[rows]
+        if self.fields[self._at(name)].type == T_ENUM and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            index = pa.array(self.values(name)[rows], type=pa.int32(), mask=None if present.all() else ~present)
+            return pa.array(self.symbols(name), type=kind).take(index)
         if pa.types.is_string(kind):
             offsets, data = self.string_buffers(name, rows)
             validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
@@ -410,7 +475,11 @@ class FlatColumns:
         return pa.array(self.values(name)[rows], type=kind, mask=None if present.all() else ~present)
 
     def strings(self, name: str, rows: NDArray[Any]) -> list[str | None]:
-        """String field ``name`` at ``rows`` as Python strings (slow: for tests and examples)."""
+        """String (or enum) field ``name`` at ``rows`` as Python strings (slow: for tests and examples)."""
+        if self.fields[self._at(name)].type == T_ENUM:
+            import pyarrow as pa
+
+            return list(self.arrow(name, rows, pa.string()).to_pylist())
         offsets, data = self.string_buffers(name, rows)
         blob = data.tobytes().decode("ascii")
         keep = self._present[self._at(name)][rows]
@@ -429,13 +498,15 @@ class FlatDecoder:
     def __init__(self, name: str) -> None:
         fields = fields_of(name)
         if fields is None:
-            raise ValueError(f"{name} is not a flat record of scalar fields with scalar rules")
+            raise ValueError(f"{name} is not a flat record of scalar or enum fields with scalar rules")
         self.name = name
         self.fields = fields
         self.rules = rules_for(name)
         self._header = np.frombuffer(codec_for(name).header, dtype=np.uint8)
         self._types = np.array([f.type for f in fields], dtype=np.int64)
         self._null = np.array([f.null_branch for f in fields], dtype=np.int64)
+        self._n_symbols = np.array([len(f.symbols) for f in fields], dtype=np.int64)
+        self._pair = EXACTLY_ONE.get(name)
         assert len(self._header) == HEADER_LEN
 
     def decode(self, offsets: NDArray[Any], data: NDArray[np.uint8], valid: NDArray[np.bool_]) -> FlatColumns:
@@ -454,6 +525,7 @@ class FlatDecoder:
             self._header,
             self._types,
             self._null,
+            self._n_symbols,
             ints,
             lens,
             present,
@@ -462,6 +534,9 @@ class FlatDecoder:
         out = FlatColumns(self.fields, data, decoded, ints, lens, present)
         for rule in self.rules:
             out.accepted &= ~self._broken(rule, out)
+        if self._pair is not None:
+            (a, b), when = self._pair
+            out.accepted &= ~(_holds(when, out) & (out.present(a) == out.present(b)))
         return out
 
     def decode_values(self, values: Sequence[bytes | None]) -> FlatColumns:
@@ -494,9 +569,18 @@ class FlatDecoder:
                 else:  # gt
                     bad = present & ~(num > rule.bound)
         if rule.when is not None:
-            name, value = rule.when
-            bad &= cols.present(name) & (cols.values(name) == value)
+            bad &= _holds(rule.when, cols)
         return np.asarray(bad, dtype=np.bool_)
+
+
+def _holds(when: tuple[str, Any], cols: FlatColumns) -> NDArray[np.bool_]:
+    """Rows where the condition ``when`` (field, value) holds, as ``Rule.applies`` decides: never
+    where the field is null; an enum field is compared by its symbol's index."""
+    name, value = when
+    f = cols.fields[cols._at(name)]
+    if f.type == T_ENUM:
+        value = f.symbols.index(value)
+    return np.asarray(cols.present(name) & (cols.values(name) == value), dtype=np.bool_)
 
 
 # ---- events: the typed attribute maps ---------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Soundness: every value it accepts is a good record for ``schemas.rules.classify`` and decodes to
 the same fields as ``schemas.codec.decode_wire``. Completeness: it accepts every canonical
-encoding of a valid record with ASCII strings (the jobs' telemetry), so the fast path is taken.
+encoding of a valid record with ASCII strings (the jobs' telemetry, the subscriptions), so the
+fast path is taken.
 """
 
 from __future__ import annotations
@@ -12,16 +13,29 @@ import struct
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.codec import codec_for, decode_wire, versions_of
-from schemas.columnar import FlatDecoder, decode_events, fields_of, supports
-from schemas.rules import VALUE_KINDS, classify
+from schemas.columnar import (
+    T_BOOLEAN,
+    T_DOUBLE,
+    T_ENUM,
+    T_STRING,
+    FlatDecoder,
+    _field,
+    _rule_supported,
+    _when_supported,
+    decode_events,
+    fields_of,
+    supports,
+)
+from schemas.rules import VALUE_KINDS, Rule, classify, validate
 from tests.strategies import records_for, valid_records
 
-FLAT = ("LinkSample", "BrokerSample", "Receipt")
+FLAT = ("LinkSample", "BrokerSample", "Receipt", "Subscription")
 
 
 def _ascii(record: dict[str, Any]) -> bool:
@@ -41,11 +55,11 @@ def _fields(decoder: FlatDecoder, out: Any, row: int) -> dict[str, Any]:
     for f in decoder.fields:
         if not out.present(f.name)[row]:
             rec[f.name] = None
-        elif f.type == 0:
+        elif f.type in (T_STRING, T_ENUM):
             rec[f.name] = out.strings(f.name, rows)[0]
         else:
             value = out.values(f.name)[row]
-            rec[f.name] = bool(value) if f.type == 4 else (float(value) if f.type == 3 else int(value))
+            rec[f.name] = bool(value) if f.type == T_BOOLEAN else (float(value) if f.type == T_DOUBLE else int(value))
     return rec
 
 
@@ -61,7 +75,7 @@ def _check_sound(name: str, values: list[bytes | None]) -> Any:
     return out
 
 
-def test_supported_records_are_the_flat_telemetry() -> None:
+def test_supported_records_are_the_flat_telemetry_and_the_subscriptions() -> None:
     assert {n for n in ("Event", "Subscription", "TopologyElement", "Match", *FLAT) if supports(n)} == set(FLAT)
     with pytest.raises(ValueError, match="not a flat record"):
         FlatDecoder("Event")
@@ -266,3 +280,141 @@ def test_many_attributes_grow_the_entry_room() -> None:
     ]
     out = _check_events_sound(values)
     assert out.accepted.all() and out.entries.shape[1] == 1500
+
+
+# ---- subscriptions: an enum, a condition on it, a pair rule -------------------------------------
+
+_WORDS = st.text(alphabet="abcxyz_0 >=", min_size=1, max_size=8)
+_IDS = st.one_of(_WORDS, _WORDS, st.just(""), st.text(max_size=4))  # mostly good, some empty or non-ASCII
+_TEXTS = st.one_of(st.none(), _IDS, st.text(alphabet="abc >=1", min_size=300, max_size=320))
+
+
+@st.composite
+def _subscriptions(draw: st.DrawFn) -> dict[str, Any]:
+    """A Subscription in every case its rules tell apart: either op, a filter, a composite, both or
+    neither, a subscriber or none, empty and non-ASCII texts, bounds kept or broken."""
+    return {
+        "type": draw(st.sampled_from(("subscribe", "unsubscribe"))),
+        "subscription_id": draw(_IDS),
+        "subscriber_id": draw(_TEXTS),
+        "broker": draw(st.one_of(st.none(), _IDS)),
+        "filter": draw(_TEXTS),
+        "composite": draw(_TEXTS),
+        "deadline_ms": draw(
+            st.one_of(st.none(), st.integers(0, 10**6), st.integers(-2, 2), st.integers(-(2**63), 2**63 - 1))
+        ),
+        "min_reliability": draw(
+            st.one_of(st.none(), st.floats(0, 1), st.sampled_from((0.0, 1.0, -0.0)), st.floats(-0.5, 1.5), st.floats())
+        ),
+        "issued_at": draw(st.integers(-(2**63), 2**63 - 1)),
+    }
+
+
+@st.composite
+def _good_subscriptions(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid Subscription with ASCII texts (one the fast path accepts)."""
+    text = draw(_WORDS)
+    return {
+        "type": draw(st.sampled_from(("subscribe", "unsubscribe"))),
+        "subscription_id": draw(_WORDS),
+        "subscriber_id": draw(_WORDS),
+        "broker": None,
+        "filter": text if draw(st.booleans()) else None,
+        "composite": None,
+        "deadline_ms": draw(st.none() | st.integers(0, 10**6)),
+        "min_reliability": draw(st.none() | st.floats(0, 1)),
+        "issued_at": draw(st.integers(-(2**63), 2**63 - 1)),
+    }
+
+
+@st.composite
+def _subscription_values(draw: st.DrawFn) -> bytes:
+    """An encoded Subscription, maybe with another enum index (zig-zag varint, any int) or cut."""
+    record = draw(_subscriptions() | _good_subscriptions())
+    if record["filter"] is None and record["composite"] is None and record["type"] == "subscribe":
+        record["composite"] = "{}"
+    raw = codec_for("Subscription").encode_wire(record)
+    how = draw(st.sampled_from(("keep", "index", "index", "cut")))
+    if how == "index":
+        index = draw(st.sampled_from((-2, -1, 2, 3, 64)) | st.integers(-(2**31), 2**31 - 1))
+        zigzag = (index << 1) ^ (index >> 63)
+        varint = bytearray()
+        while zigzag >= 0x80:
+            varint.append(zigzag & 0x7F | 0x80)
+            zigzag >>= 7
+        varint.append(zigzag)
+        return raw[:10] + bytes(varint) + raw[11:]
+    if how == "cut":
+        return raw[: draw(st.integers(0, len(raw) - 1))]
+    return raw
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=st.lists(_subscriptions(), min_size=1, max_size=20))
+def test_subscriptions_are_accepted_exactly_when_valid_and_ascii(records: list[dict[str, Any]]) -> None:
+    values: list[bytes | None] = [codec_for("Subscription").encode_wire(r) for r in records]
+    out = _check_sound("Subscription", values)
+    for record, accepted in zip(records, out.accepted.tolist(), strict=True):
+        assert accepted == (not validate("Subscription", record) and _ascii(record)), record
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(_subscription_values(), min_size=1, max_size=20))
+def test_subscriptions_with_bad_indices_or_cut_are_never_accepted_wrongly(values: list[bytes | None]) -> None:
+    out = _check_sound("Subscription", values)
+    for raw, accepted in zip(values, out.accepted.tolist(), strict=True):
+        assert raw is not None
+        if len(raw) <= 10 or raw[10] not in (0, 2):
+            assert not accepted  # an index other than 0 or 1 is referred, whatever the reference says
+
+
+def test_hand_made_subscriptions() -> None:
+    """The pair rule and the condition on the enum, case by case, against ``classify``."""
+    codec = codec_for("Subscription")
+    base = {"subscription_id": "s1", "subscriber_id": "u1", "filter": None, "composite": None, "issued_at": 1}
+    cases = [
+        ({"type": "unsubscribe", "subscriber_id": None}, True),  # neither, no subscriber: fine
+        ({"type": "unsubscribe", "filter": "x > 1", "composite": "{}"}, True),  # both: the pair needs a subscribe
+        ({"type": "subscribe", "filter": "x > 1"}, True),
+        ({"type": "subscribe", "composite": '{"op": "and"}'}, True),
+        ({"type": "subscribe", "filter": "x > 1", "composite": "{}"}, False),  # both
+        ({"type": "subscribe"}, False),  # neither
+        ({"type": "subscribe", "filter": "x > 1", "subscriber_id": None}, False),  # no subscriber
+        ({"type": "subscribe", "filter": "x > 1", "subscriber_id": ""}, False),
+        ({"type": "subscribe", "filter": ""}, False),
+        ({"type": "subscribe", "filter": "x > 'é'"}, None),  # non-ASCII: valid, referred
+        ({"type": "subscribe", "filter": "x > 1", "min_reliability": 1.5}, False),
+        ({"type": "subscribe", "filter": "x > 1", "min_reliability": float("nan")}, False),
+        ({"type": "subscribe", "filter": "x > 1", "min_reliability": 1.0, "deadline_ms": 0}, True),
+        ({"type": "subscribe", "filter": "x > 1", "deadline_ms": -1}, False),
+    ]
+    values: list[bytes | None] = [codec.encode({**base, **c}) for c, _ in cases]
+    raw = values[2]
+    assert raw is not None and raw[10] == 0  # the enum index comes first: 0, subscribe
+    values += [raw[:10] + b"\x04" + raw[11:], raw[:10] + b"\x01" + raw[11:], raw[:-1], None]
+    out = _check_sound("Subscription", values)
+    verdicts = [classify(v, "Subscription")[0] for v in values]
+    want_fast = [ok is True for _, ok in cases] + [False] * 4
+    assert out.accepted.tolist() == want_fast
+    assert verdicts[: len(cases)] == [None if ok is not False else "invalid_value" for _, ok in cases]
+    assert verdicts[len(cases) :] == ["malformed_body", None, "malformed_body", "bad_framing"]  # index -1: fastavro's
+    assert out.values("type")[:3].tolist() == [1, 1, 0] and out.symbols("type") == ("subscribe", "unsubscribe")
+    assert out.arrow("type", np.array([0, 2]), pa.string()).to_pylist() == ["unsubscribe", "subscribe"]
+    assert out.strings("type", np.array([3])) == ["subscribe"]
+
+
+def test_enum_shapes_and_conditions_the_fast_path_refuses() -> None:
+    """An enum only where it is defined, nullable or not; a condition on an enum only with one of
+    its symbols; rules on an enum only about its presence."""
+    enum = {"type": "enum", "name": "Op", "symbols": ["a", "b"]}
+    assert _field({"name": "t", "type": enum}) is not None
+    nullable = _field({"name": "t", "type": ["null", enum]})
+    assert nullable is not None and nullable.null_branch == 0 and nullable.symbols == ("a", "b")
+    assert _field({"name": "t", "type": "Op"}) is None  # a reference to a named type
+    assert _field({"name": "t", "type": ["null", "string", enum]}) is None
+    fields = {f.name: f for f in (_field({"name": "t", "type": enum}), _field({"name": "s", "type": "string"})) if f}
+    assert _when_supported(("t", "b"), fields)
+    assert not _when_supported(("t", "c"), fields) and not _when_supported(("t", 1), fields)
+    assert not _when_supported(("s", "b"), fields)
+    assert _rule_supported(Rule("s", "required", when=("t", "a")), fields)
+    assert _rule_supported(Rule("t", "required"), fields) and not _rule_supported(Rule("t", "non_empty"), fields)
