@@ -152,7 +152,8 @@ class TopicReader:
     :data:`RAW_SCHEMA`) to an Arrow table of its good records' fields, and for rejected records
     what a dead letter needs (raw key and value, coordinates, the verdict).
 
-    A flat record (``schemas.columnar``: the telemetry and the receipts), an ``Event`` (the
+    A flat record (``schemas.columnar``: the telemetry, the receipts and the subscriptions, and
+    a compacted topic's tombstones with an ASCII key), an ``Event`` (the
     events topic, by the matching job's compiled pass ``schemas.columnar.decode_events``) and a
     ``Match`` (``schemas.columnar.decode_matches``) are decoded here, by a columnar fast path;
     the values it refers (none in a clean stream) and every other topic's values go to the JVM
@@ -170,7 +171,8 @@ class TopicReader:
         self.topic, self.name = topic, name
         self.decoder = TopicDecoder(TOPICS[topic])
         schema = TOPICS[topic].schema
-        self.flat = FlatDecoder(schema) if supports(schema) and not TOPICS[topic].compacted else None
+        self.flat = FlatDecoder(schema) if supports(schema) else None
+        self.compacted = TOPICS[topic].compacted  # a null value is a tombstone, a good record
         self.compiled = {"Event": decode_events, "Match": decode_matches}.get(schema)  # their compiled passes
         self._schema: Any = None  # the Arrow schema of the output
         bad = F.col("error_code").isNotNull()
@@ -215,10 +217,12 @@ class TopicReader:
         buffers = binary_buffers(value)
         out: FlatColumns | EventFields | MatchFields
         out = self.flat.decode(*buffers) if self.flat is not None else self.compiled(*buffers)  # type: ignore[misc]
-        accepted = out.accepted & ascii_rows(*binary_buffers(key))
+        ascii_keys = ascii_rows(*binary_buffers(key))
+        tombstone = ~buffers[2] & ascii_keys if self.compacted else np.zeros(len(ascii_keys), dtype=np.bool_)
+        accepted = (out.accepted & ascii_keys) | tombstone
         idx = np.flatnonzero(accepted)
         referred = np.flatnonzero(~accepted)
-        fast = self._fast_table(raw, out, idx, key, value)
+        fast = self._fast_table(raw, out, idx, key, value, tombstone[idx])
         if not len(referred):
             return fast
         import pyarrow as pa
@@ -247,9 +251,16 @@ class TopicReader:
         return self.decoder(frame).select(*self.columns)
 
     def _fast_table(
-        self, raw: Any, out: FlatColumns | EventFields | MatchFields, idx: np.ndarray, key: Any, value: Any
+        self,
+        raw: Any,
+        out: FlatColumns | EventFields | MatchFields,
+        idx: np.ndarray,
+        key: Any,
+        value: Any,
+        tombstone: np.ndarray,
     ) -> Any:
-        """The accepted rows ``idx`` (ascending) of the fast path as the JVM path's table."""
+        """The accepted rows ``idx`` (ascending) of the fast path as the JVM path's table; those
+        where ``tombstone`` holds are a compacted topic's null values (no field decoded)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -263,7 +274,7 @@ class TopicReader:
             "error_code": pa.nulls(m, pa.string()),
             "reason": pa.nulls(m, pa.string()),
             "key_text": pc.cast(key.take(take), pa.string()),  # ASCII: checked
-            "tombstone": pa.array(np.zeros(m, dtype=np.bool_)),
+            "tombstone": pa.array(tombstone),
             "bad_key": pa.nulls(m, pa.binary()),
             "bad_value": pa.nulls(m, pa.binary()),
         }

@@ -10,11 +10,12 @@ before ``B`` runs. ``foreachBatch`` then:
    not move, which is most batches) with a consumer of the driver's own
    (``streaming.readers.read_range``), decoded and validated by the driver jobs' ``TopicReader``
    (``streaming.driver_batch``: a columnar fast path, and the JVM's ``streaming.decode`` for the
-   values it refers, which gives the verdicts and reasons), and applied in (partition, offset) order to the driver's ``SubscriptionTable`` through
-   ``routing.matching.table.plan_changes``: a filter is validated with ``validate_filter``, a bad one
-   goes to the dead-letter topic with the parser's message, composites are skipped, tombstones
-   and ``unsubscribe`` remove. The batch's changes (or a snapshot) are written to
-   ``<checkpoint>/subscriptions`` (``streaming.subscription_store``) *before* any output of ``B``.
+   values it refers, which gives the verdicts and reasons), and applied in (partition, offset)
+   order to the driver's ``SubscriptionTable`` through ``routing.matching.table.plan_changes``: a
+   filter is validated with ``validate_filter``, a bad one goes to the dead-letter topic with the
+   parser's message, composites are skipped, tombstones and ``unsubscribe`` remove. The batch's
+   changes (or a snapshot) are written to ``<checkpoint>/subscriptions``
+   (``streaming.subscription_store``) *before* any output of ``B``.
 2. **Shipping to executors.** Python workers keep a ``MatchIndex`` per job in a module-level
    ``IndexReplica`` (``streaming.arrow_matching``). The driver ships a small ``ShipState`` inside
    the task closure: the table version, the changes since the current snapshot, and a broadcast
@@ -87,13 +88,14 @@ from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
+from routing.matching.collector import collector_paused
 from routing.matching.digest import texts_digest
 from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_changes
 from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
 from streaming import logs
 from streaming.driver_batch import TopicReader
 from streaming.session import await_query, kafka_stream, start_batches
-from streaming.subscription_store import TableStore
+from streaming.subscription_store import CompiledIndexFolder, TableStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -232,17 +234,9 @@ def _record(
             text = bytes(key).decode("utf-8")
         except UnicodeDecodeError:
             text = None
-    valid = error_code is None
-    return SubscriptionRecord(
-        key=text,
-        tombstone=bool(tombstone),
-        error_code=error_code,
-        reason=reason,
-        op=op if valid else None,
-        subscription_id=sid if valid else None,
-        filter=filt if valid else None,
-        composite=composite if valid else None,
-    )
+    if error_code is None:
+        return SubscriptionRecord(text, bool(tombstone), None, reason, op, sid, filt, composite)
+    return SubscriptionRecord(text, bool(tombstone), error_code, reason)
 
 
 def to_record(row: Any) -> SubscriptionRecord:
@@ -274,9 +268,11 @@ class SubscriptionRows:
         return int(self.table.num_rows)
 
     def records(self) -> list[SubscriptionRecord]:
-        """Every row as ``plan_change`` takes it, in order (as ``to_record``)."""
-        columns = [self.table.column(c).to_pylist() for c in RECORD_COLUMNS]
-        return [_record(*values) for values in zip(*columns, strict=True)]
+        """Every row as ``plan_change`` takes it, in order (as ``to_record``); made with Python's
+        garbage collector paused (one object per record of the topic at a cold start)."""
+        with collector_paused():
+            columns = [self.table.column(c).to_pylist() for c in RECORD_COLUMNS]
+            return [_record(*values) for values in zip(*columns, strict=True)]
 
     def row(self, i: int) -> dict[str, Any]:
         """Row ``i`` as a dict of every column (for its dead letter)."""
@@ -386,9 +382,10 @@ class _Shipper:
     workers that follow the table cross the new base by the bridge, new ones read the snapshot.
 
     With compiled indexes (a ``match`` index and a ``compiled_dir``), the run's first snapshot
-    also ships its digest (``ShipState.base_digest``, ``routing.matching.digest.texts_digest``):
-    every worker of a restarted job is new and reads that snapshot, and when the compiled index
-    it loads was saved with the same texts (the usual restart) it reads neither. Later snapshots
+    also ships its digest (``ShipState.base_digest``, ``routing.matching.digest.texts_digest``)
+    when the folder holds a compiled index: every worker of a restarted job is new and reads that
+    snapshot, and when the compiled index it loads was saved with the same texts (the usual
+    restart) it reads neither. A fresh start, whose folder is empty, skips the digest. Later snapshots
     ship none: only a worker that is new mid-run reads them, and it diffs."""
 
     def __init__(self, spark: SparkSession, job: str, index_kind: str, compiled_dir: str | None = None) -> None:
@@ -408,7 +405,8 @@ class _Shipper:
             bridge += table.deltas()  # over (previous base, version]: the new snapshot is at version
             snapshot = dict(table.filters)
             first, self._base_digest = self._base_version is None, None
-            if first and self._compiled_dir is not None and self._kind == "match":
+            compiled = first and self._compiled_dir is not None and self._kind == "match"
+            if compiled and CompiledIndexFolder(Path(str(self._compiled_dir))).holds_any():  # none when fresh
                 self._base_digest = texts_digest(snapshot)
             self._broadcasts = (self._sc.broadcast(snapshot), self._sc.broadcast(bridge) if bridge else None)
             self._base_version = table.version

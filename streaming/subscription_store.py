@@ -203,9 +203,13 @@ class CompiledIndexFolder:
 
     >>> import tempfile
     >>> folder = CompiledIndexFolder(Path(tempfile.mkdtemp()))
+    >>> folder.holds_any()
+    False
     >>> index = MatchIndex()
     >>> index.apply([("s1", "x > 1")])
     >>> folder.save(index, {"s1": "x > 1"}, 7)
+    >>> folder.holds_any()
+    True
     >>> loaded = folder.load()
     >>> loaded.index.match([{"x": 2}]).ids(0), loaded.texts, loaded.version
     (['s1'], {'s1': 'x > 1'}, 7)
@@ -219,6 +223,10 @@ class CompiledIndexFolder:
     def __init__(self, folder: Path, keep: int = 2) -> None:
         self.folder = folder
         self.keep = keep
+
+    def holds_any(self) -> bool:
+        """Whether the folder holds a compiled index (a fresh start's does not)."""
+        return bool(self._files())
 
     def _files(self) -> list[Path]:
         """The compiled indexes, the most recently written first."""

@@ -592,8 +592,7 @@ def plan_composite_change(record: SubscriptionRecord) -> CompositeOutcome:
     - every other bad record (it does not decode, breaks a rule, its atomic filter does not
       parse) changes nothing here and is not rejected here: the matching job dead-letters it.
 
-    ``subscriber_id`` is read from the record when it has that attribute (``SubscriptionRecord``
-    does not carry it yet); otherwise it is ``""``.
+    ``subscriber_id`` is the record's (``""`` when it has none).
 
     Examples
     --------
@@ -620,7 +619,7 @@ def plan_composite_change(record: SubscriptionRecord) -> CompositeOutcome:
         tree = parse_composite(record.composite)
     except CompositeError as exc:
         return CompositeOutcome(rejection=("invalid_composite", f"composite {exc}"))
-    subscriber = getattr(record, "subscriber_id", None)
+    subscriber = record.subscriber_id
     return CompositeOutcome(
         change=(sid, CompositeSubscription(sid, subscriber if isinstance(subscriber, str) else "", tree))
     )

@@ -544,8 +544,8 @@ class MatchIndex:
     def _new_row(self, copy_of: int | None) -> int:
         """A new bitset row: a copy of row ``copy_of``, or of the alive fids."""
         r = self._n_rows
-        if r >= self._rows.shape[0]:  # rows come early and seldom: grow by a few, not by half again
-            rows = np.zeros((r + 64, self._rows.shape[1]), dtype=np.uint64)
+        if r >= self._rows.shape[0]:  # by half again (a bulk build makes them by the thousand); flush trims
+            rows = np.zeros((r + max(64, r // 2), self._rows.shape[1]), dtype=np.uint64)
             rows[:r] = self._rows[:r]
             self._rows = rows
         self._rows[r] = self._alive if copy_of is None else self._rows[copy_of]
@@ -1028,6 +1028,12 @@ class MatchIndex:
             exact[: len(self._exact)] = self._exact
             self._exact = exact
 
+    def _fit_rows(self) -> None:
+        """Give back the bitset rows beyond the used ones and 64 spare: ``_new_row`` grows the rows
+        by half again, so a bulk build that made a few thousand does not copy them all each 64."""
+        if self._rows.shape[0] - self._n_rows > 64:
+            self._rows = self._rows[: self._n_rows + 64].copy()
+
     def _drop_fids(self, fids: npt.NDArray[np.int64]) -> None:
         """Forget fids that have no subscription left (their bits are cleared at the next flush)."""
         if not len(fids):
@@ -1080,6 +1086,7 @@ class MatchIndex:
         """
         with collector_paused():
             self._apply_queue()
+            self._fit_rows()
             self._flush()
             if self._p_garbage > max(self._p_used // 4, _COMPACT_MIN):
                 self._compact()

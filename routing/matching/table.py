@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from itertools import compress, islice
 from operator import itemgetter, ne
 from types import MappingProxyType
-from typing import Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 from routing.matching.collector import collector_paused
 from routing.matching.index import BruteForceIndex, MatchIndex
@@ -85,9 +85,11 @@ Delta = tuple[int, str, str | None]
 """``(version, subscription id, filter text or None)``: one effective change of a table."""
 
 
-@dataclass(frozen=True)
-class SubscriptionRecord:
+class SubscriptionRecord(NamedTuple):
     """One record of the subscriptions topic, decoded (by ``streaming.decode`` or ``schemas.codec``).
+
+    A named tuple, the cheapest record Python makes: a cold start makes one per record of the
+    topic.
 
     Attributes
     ----------
@@ -114,8 +116,7 @@ class SubscriptionRecord:
     subscriber_id: str | None = None
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What one record does: a ``change`` to apply, a ``rejection`` ``(error_code, reason)`` for the
     dead-letter topic, or neither (``skipped`` says it was a composite subscription)."""
 

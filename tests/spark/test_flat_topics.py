@@ -162,6 +162,64 @@ def test_event_fast_path_gives_the_jvm_table(spark: Any, raw: bool) -> None:
     assert reader.collect(batch.slice(0, 0)).schema == want.schema
 
 
+SUBSCRIPTIONS = "siftstream.subscriptions.v1"
+
+
+def _subscriptions(seed: int) -> list[tuple[str, bytes | None, bytes | None]]:
+    """(topic, key, value) of the compacted subscriptions topic: subscribes (filter, composite),
+    unsubscribes, tombstones (an ASCII and a non-ASCII key), and bad records of each rule."""
+    rng = random.Random(seed)
+    codec = codec_for("Subscription")
+    out: list[tuple[str, bytes | None, bytes | None]] = []
+    for i in range(200):
+        sid = f"s{i}"
+        kind = rng.random()
+        if kind < 0.6:
+            rec = {"type": "subscribe", "subscription_id": sid, "subscriber_id": f"u{i % 9}", "filter": f"x > {i}",
+                   "deadline_ms": rng.choice([None, 250]), "min_reliability": rng.choice([None, 0.9])}  # fmt: skip
+        elif kind < 0.7:
+            rec = {"type": "subscribe", "subscription_id": sid, "subscriber_id": "u", "composite": '{"op": "or"}'}
+        else:
+            rec = {"type": "unsubscribe", "subscription_id": sid}
+        out.append((SUBSCRIPTIONS, sid.encode(), codec.encode(rec)))
+    good = {"type": "subscribe", "subscription_id": "g", "subscriber_id": "u", "filter": "y = 1"}
+    bad = [
+        {**good, "composite": '{"op": "and"}'},  # both
+        {**good, "filter": None},  # neither
+        {**good, "subscriber_id": None},
+        {**good, "min_reliability": 1.5},
+        {**good, "deadline_ms": -1},
+        {**good, "filter": ""},
+        {**good, "filter": "caf\u00e9 = 1"},  # non-ASCII text: referred, good by the JVM
+    ]
+    out += [(SUBSCRIPTIONS, b"b", codec.encode(r)) for r in bad]
+    raw = codec.encode(good)
+    out += [(SUBSCRIPTIONS, b"d", v) for v in (raw[:-2], raw[:5], raw[:10] + b"\x09" + raw[11:])]
+    out.append(
+        (SUBSCRIPTIONS, b"r", codec_for("Receipt").encode({"subscriber_id": "u", "event_id": "e", "received_at": 1}))
+    )
+    out += [(SUBSCRIPTIONS, b"s7", None), (SUBSCRIPTIONS, "k\u00e9".encode(), None), (SUBSCRIPTIONS, None, None)]
+    rng.shuffle(out)
+    return out
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_subscription_fast_path_gives_the_jvm_table(spark: Any, raw: bool) -> None:
+    """The compacted subscriptions topic by the flat fast path (the enum, the pair rule, and
+    tombstones with an ASCII key without the JVM) gives the JVM path's table."""
+    rows = _subscriptions(seed=17)
+    reader = TopicReader(spark, SUBSCRIPTIONS, SUBSCRIPTIONS, raw=raw)
+    assert reader.flat is not None and reader.compacted
+    batch = _raw(rows, SUBSCRIPTIONS)
+    got = reader.collect(batch)
+    want = reader.decoded(batch)
+    assert got.schema == want.schema
+    assert _sorted(got) == _sorted(want)
+    found = want.to_pylist()
+    assert sum(r["tombstone"] for r in found) == 3 and {r["s_op"] for r in found} >= {"subscribe", "unsubscribe"}
+    assert sum(r["error_code"] is not None for r in found) >= 9
+
+
 def test_table_topics_and_rich_records_keep_the_jvm_path(spark: Any) -> None:
     assert TopicReader(spark, "siftstream.events.v1", "e").flat is None
     assert TopicReader(spark, "siftstream.topology.v1", "t").compiled is None

@@ -4,7 +4,6 @@ canonical JSON, output rates, synthetic filter ids, and the live table against a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -279,15 +278,10 @@ def _comp(sid: str, doc: Any, **fields: Any) -> SubscriptionRecord:
     return SubscriptionRecord(key=sid, op="subscribe", subscription_id=sid, composite=text, **fields)
 
 
-@dataclass(frozen=True)
-class _RecordWithSubscriber(SubscriptionRecord):
-    subscriber_id: str | None = None
-
-
 def test_plan_composite_change() -> None:
     tree = parse_composite(AND2)
     assert plan_composite_change(_comp("c1", AND2)).change == ("c1", CompositeSubscription("c1", "", tree))
-    rec = _RecordWithSubscriber(op="subscribe", subscription_id="c1", composite=json.dumps(AND2), subscriber_id="u7")
+    rec = SubscriptionRecord(op="subscribe", subscription_id="c1", composite=json.dumps(AND2), subscriber_id="u7")
     assert plan_composite_change(rec).change == ("c1", CompositeSubscription("c1", "u7", tree))
     assert plan_composite_change(SubscriptionRecord(key="c1", tombstone=True)).change == ("c1", None)
     assert plan_composite_change(SubscriptionRecord(tombstone=True)).change is None

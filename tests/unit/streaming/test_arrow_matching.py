@@ -162,11 +162,20 @@ def _shipper(kind: str = "match", compiled_dir: str | None = "compiled") -> Any:
     return _Shipper(spark, "job", kind, compiled_dir)  # type: ignore[arg-type]
 
 
-def test_the_shipper_sends_the_digest_of_the_runs_first_snapshot_only() -> None:
+def test_the_shipper_sends_the_digest_of_the_runs_first_snapshot_only(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from routing.matching.index import MatchIndex
+    from streaming.subscription_store import CompiledIndexFolder
+
     table = SubscriptionTable(rebase_min=1, rebase_fraction=0.0)
     table.apply([("a", "x > 1"), ("b", "y = 2")])
     table.snapshot()
-    shipper = _shipper()
+    assert _shipper("match", str(tmp_path / "empty")).ship(table).base_digest is None  # a fresh start: no index
+    saved = MatchIndex()
+    saved.apply([("a", "x > 1")])
+    CompiledIndexFolder(Path(tmp_path / "compiled")).save(saved, {"a": "x > 1"}, 1)
+    shipper = _shipper("match", str(tmp_path / "compiled"))
     first = shipper.ship(table)
     assert first.base_digest == texts_digest(table.filters)
     table.apply([("c", "z < 3")])  # a delta, the same base: the same digest
