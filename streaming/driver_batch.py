@@ -201,12 +201,22 @@ class TopicReader:
 
     @property
     def schema(self) -> Any:
-        """The Arrow schema of :meth:`collect`'s tables (from an empty frame: no rows are read)."""
+        """The Arrow schema of :meth:`collect`'s tables: the JVM plan's over an empty frame, turned
+        into Arrow as ``DataFrame.toArrow`` turns it (``to_arrow_schema``, UTC, large types as
+        ``spark.sql.execution.arrow.useLargeVarTypes``), without running a Spark job, which on a
+        new JVM takes seconds of a cold start."""
         if self._schema is None:
             from pyspark.sql import functions as F
+            from pyspark.sql.pandas.types import to_arrow_schema
 
             empty = self.spark.createDataFrame([], RAW_SCHEMA).withColumn("timestamp", F.timestamp_millis("ts_ms"))
-            self._schema = self.plan(empty).toArrow().schema
+            large = self.spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+            self._schema = to_arrow_schema(
+                self.plan(empty).schema,
+                error_on_duplicated_field_names_in_struct=True,
+                timezone="UTC",
+                prefers_large_types=large,
+            )
         return self._schema
 
     def collect(self, raw: Any) -> Any:

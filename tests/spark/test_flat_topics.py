@@ -220,6 +220,22 @@ def test_subscription_fast_path_gives_the_jvm_table(spark: Any, raw: bool) -> No
     assert sum(r["error_code"] is not None for r in found) >= 9
 
 
+def test_the_schema_is_the_one_the_jvm_path_collects(spark: Any) -> None:
+    """``TopicReader.schema``, made without a Spark job, is the schema ``toArrow`` gives the JVM
+    path's plan over a frame, for every input topic and with the raw bytes."""
+    from pyspark.sql import functions as F
+
+    from schemas.topics import TOPICS
+    from streaming.driver_batch import FIELDS, RAW_SCHEMA
+
+    empty = spark.createDataFrame([], RAW_SCHEMA).withColumn("timestamp", F.timestamp_millis("ts_ms"))
+    for topic in FIELDS:
+        for raw in (False, True):
+            reader = TopicReader(spark, topic, topic, raw=raw)
+            assert reader.schema == reader.plan(empty).toArrow().schema, (topic, raw)
+    assert SUBSCRIPTIONS in FIELDS and all(t in TOPICS for t in FIELDS)
+
+
 def test_table_topics_and_rich_records_keep_the_jvm_path(spark: Any) -> None:
     assert TopicReader(spark, "siftstream.events.v1", "e").flat is None
     assert TopicReader(spark, "siftstream.topology.v1", "t").compiled is None
