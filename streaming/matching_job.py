@@ -380,6 +380,7 @@ class _Shipper:
     """Driver side of shipping the table: a snapshot broadcast, and a bridge broadcast (the
     table's changes from its previous base to the snapshot), both renewed when the table rebases;
     workers that follow the table cross the new base by the bridge, new ones read the snapshot.
+    The run's first snapshot ships no bridge: every worker of the run is new then.
 
     With compiled indexes (a ``match`` index and a ``compiled_dir``), the run's first snapshot
     also ships its digest (``ShipState.base_digest``, ``routing.matching.digest.texts_digest``)
@@ -401,10 +402,12 @@ class _Shipper:
 
         if self._base_version is None or table.base_version > self._base_version:
             old = self._broadcasts
-            self._bridge_version, bridge = table.bridge()
-            bridge += table.deltas()  # over (previous base, version]: the new snapshot is at version
-            snapshot = dict(table.filters)
             first, self._base_digest = self._base_version is None, None
+            self._bridge_version, bridge = table.bridge()
+            # over (previous base, version]: the new snapshot is at version. A run's first ship has
+            # no worker of this run behind it to cross it (a fresh start's would be the whole topic)
+            bridge = () if first else bridge + table.deltas()
+            snapshot = dict(table.filters)
             compiled = first and self._compiled_dir is not None and self._kind == "match"
             if compiled and CompiledIndexFolder(Path(str(self._compiled_dir))).holds_any():  # none when fresh
                 self._base_digest = texts_digest(snapshot)

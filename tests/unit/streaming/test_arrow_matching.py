@@ -184,6 +184,8 @@ def test_the_shipper_sends_the_digest_of_the_runs_first_snapshot_only(tmp_path: 
     table.apply([("d", "w exists")])
     later = shipper.ship(table)  # a new base: workers cross it by the bridge, new ones diff
     assert later.base_version > first.base_version and later.base_digest is None
+    assert table.bridge()[1] and first.bridge is None  # the run's first snapshot: no worker to bridge
+    assert later.bridge is not None and later.bridge.value == table.bridge()[1] + table.deltas()
     for kind, folder in (("brute-force", "compiled"), ("match", None)):  # no compiled index to skip to
         assert _shipper(kind, folder).ship(table).base_digest is None
 
