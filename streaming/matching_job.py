@@ -532,6 +532,7 @@ class MatchingBatch:
         stats.rejected_subscriptions = len(rejected)
         stats.subscriptions, stats.table_version = len(self.table), self.table.version
         stats.subscriptions_ms = (time.monotonic() - started) * 1000
+        del rows, changes  # a cold start's whole topic: not held through the batch's Spark job
 
         # 2. + 3. ship the table, match the events on executors, one write of everything
         # (Spark's Observation never completes under the Kafka sink's batch write: its query runs

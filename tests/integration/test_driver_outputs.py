@@ -83,9 +83,9 @@ class Reader(Writer):
         self.seen: list[tuple[Any, Any]] = []
 
     def __call__(self, batch: Any, batch_id: int) -> None:
-        from streaming.driver_batch import _RAW_EXPRS
+        from streaming.driver_batch import RAW_EXPRS
 
-        self.seen.append((self._consume(batch_id), batch.selectExpr(*_RAW_EXPRS).toArrow()))
+        self.seen.append((self._consume(batch_id), batch.selectExpr(*RAW_EXPRS).toArrow()))
 
 
 def test_a_batch_read_by_its_offset_range_is_the_streaming_batch(
