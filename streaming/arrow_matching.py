@@ -276,6 +276,25 @@ def save_compiled(ship: ShipState) -> None:
 _WRITERS: dict[KafkaConnection, KafkaWriter] = {}  # one producer per cluster, for the worker's life
 
 
+def warm_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` body that readies a Python worker for matching and yields nothing: the
+    events' decoder, a small index's build, flush and match (their compiled kernels loaded from
+    numba's cache) run once over the rows it is given (events topic's Kafka rows, as
+    :data:`INPUT_COLUMNS`). The matching job runs it while its driver reads a cold start's
+    subscriptions, so that the batch's own task finds a worker that has done all this.
+
+    >>> list(warm_batches(iter([])))
+    []
+    """
+    index = MatchIndex()
+    index.apply([("warm", "x between 1 and 2 and s = 'a'")])
+    index.match(EventBatch.from_columns(1, {}))
+    for rb in batches:
+        if rb.num_rows:
+            decode_rows(rb.column("value"))
+    yield from ()
+
+
 def write_batches(
     conn: KafkaConnection, ship: ShipState, targets: Targets, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:

@@ -79,6 +79,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -494,13 +495,15 @@ class MatchingBatch:
 
         started = time.monotonic()
         stats = BatchStats(batch_id, started_at_ms=int(time.time() * 1000))
-        if self.table is None:
-            self._restore(batch_id)
-            stats.restore_ms = (time.monotonic() - started) * 1000
-        assert self.table is not None
         end = read_offset_log(self.cfg.query_checkpoint, batch_id)
         if end is None:
             raise RuntimeError(f"Spark's offset log has no entry for batch {batch_id}")
+        warming: threading.Thread | None = None
+        if self.table is None:
+            warming = self._warm_workers(end.get(self.cfg.events_topic, {}))
+            self._restore(batch_id)
+            stats.restore_ms = (time.monotonic() - started) * 1000
+        assert self.table is not None
         subs_end = end.get(self.cfg.subscriptions_topic, {})
 
         # 1. this batch's subscription changes, in order, before any of its events
@@ -552,6 +555,8 @@ class MatchingBatch:
                 self._writer = KafkaWriter.like_spark(self.cfg.conn)
             self._writer.write_rows(subscription_dead_letters(rejected, self.cfg.deadletter_topic), "matching")
         # the workers send their rows themselves (arrow_matching.write_batches); noop drives the tasks
+        if warming is not None:
+            warming.join(timeout=120)
         body = functools.partial(write_batches, self.cfg.conn, ship, targets)
         batch.mapInArrow(body, OUTPUT_SCHEMA).write.format("noop").mode("overwrite").save()
         events, rejected_events, matches, deliveries, stats.worker_ready_ms, *steps = counters.value
@@ -562,6 +567,33 @@ class MatchingBatch:
         stats.write_ms = (time.monotonic() - write_started) * 1000
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
+
+    def _warm_workers(self, events_end: Mapping[int, int]) -> threading.Thread | None:
+        """Start, in a thread, a Spark job that readies the executors for the run's first batch
+        while the driver restores or reads the subscriptions: the last event of each events
+        partition below ``events_end`` read by Spark's Kafka source into
+        ``arrow_matching.warm_batches`` (the executors' first Kafka consumer and the Python
+        workers' imports and kernels, which on a new JVM take seconds of the batch's own job).
+        None when the events topic holds no event yet. A failure only costs that time: it is
+        logged, and the batch runs as it would."""
+        from streaming.arrow_matching import INPUT_COLUMNS, warm_batches
+        from streaming.session import kafka_range
+
+        start = {p: max(0, o - 1) for p, o in events_end.items()}
+        frame = kafka_range(self.spark, self.cfg.conn, self.cfg.events_topic, start, events_end)
+        if frame is None:
+            return None
+        rows = frame.select(*INPUT_COLUMNS)
+
+        def run() -> None:
+            try:
+                rows.mapInArrow(warm_batches, "warm long").write.format("noop").mode("overwrite").save()
+            except Exception as exc:
+                _log.warning(f"warming the executors for the first batch failed: {exc}")
+
+        thread = threading.Thread(target=run, name="siftstream-matching-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def _report(self, stats: BatchStats) -> None:
         self.history.append(stats)
