@@ -135,7 +135,7 @@ def read_range(
     consumer = Consumer(
         conn.confluent(
             **{
-                "group.id": "siftstream-range-reader",  # required by librdkafka; nothing is committed
+                "group.id": "siftstream-reader",  # the readers' group (infra.security.JOB_GROUPS); nothing committed
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",

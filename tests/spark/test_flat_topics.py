@@ -80,6 +80,16 @@ def _raw(rows: list[tuple[str, bytes | None, bytes | None]], topic: str) -> Any:
     )
 
 
+def _same_as_jvm(reader: TopicReader, batch: Any) -> list[dict[str, Any]]:
+    """Decode ``batch`` by ``reader``'s fast path and by its JVM path, assert the same table, and
+    return the JVM path's rows."""
+    got = reader.collect(batch)
+    want = reader.decoded(batch)
+    assert got.schema == want.schema
+    assert _sorted(got) == _sorted(want)
+    return list(want.to_pylist())
+
+
 def _sorted(table: Any) -> list[dict[str, Any]]:
     """The rows in partition/offset order, NaN spelled out (NaN != NaN would fail equal rows)."""
     rows = [
@@ -210,12 +220,7 @@ def test_subscription_fast_path_gives_the_jvm_table(spark: Any, raw: bool) -> No
     rows = _subscriptions(seed=17)
     reader = TopicReader(spark, SUBSCRIPTIONS, SUBSCRIPTIONS, raw=raw)
     assert reader.flat is not None and reader.compacted
-    batch = _raw(rows, SUBSCRIPTIONS)
-    got = reader.collect(batch)
-    want = reader.decoded(batch)
-    assert got.schema == want.schema
-    assert _sorted(got) == _sorted(want)
-    found = want.to_pylist()
+    found = _same_as_jvm(reader, _raw(rows, SUBSCRIPTIONS))
     assert sum(r["tombstone"] for r in found) == 3 and {r["s_op"] for r in found} >= {"subscribe", "unsubscribe"}
     assert sum(r["error_code"] is not None for r in found) >= 9
 
@@ -265,11 +270,6 @@ def test_match_fast_path_gives_the_jvm_table(spark: Any) -> None:
     rng.shuffle(rows)
     reader = TopicReader(spark, MATCHES, MATCHES)
     assert reader.flat is None and reader.compiled is not None
-    batch = _raw(rows, MATCHES)
-    got = reader.collect(batch)
-    want = reader.decoded(batch)
-    assert got.schema == want.schema
-    assert _sorted(got) == _sorted(want)
-    found = want.to_pylist()
+    found = _same_as_jvm(reader, _raw(rows, MATCHES))
     assert sum(r["error_code"] is None for r in found) >= 302  # the 300, the odd text, the odd key
     assert max(len(r["m_subscriptions"] or []) for r in found) == 200
