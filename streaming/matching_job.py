@@ -452,9 +452,9 @@ class MatchingBatch:
         earliest offset), sorted by (partition, offset); None when there are none to read.
 
         Read by ``streaming.readers.read_range`` (a consumer on the driver: a cold start reads the
-        whole topic, which Spark's batch read and the JVM's decode took four times longer to
-        collect) and decoded by the driver jobs' ``TopicReader`` (the columnar fast path, the
-        JVM's ``streaming.decode`` for the values it refers)."""
+        whole topic; docs/decisions/driver-reads-subscriptions-with-its-own-consumer.md) and
+        decoded by the driver jobs' ``TopicReader`` (the columnar fast path, the JVM's
+        ``streaming.decode`` for the values it refers)."""
         from streaming.readers import read_range
 
         raw = read_range(self.cfg.conn, self.cfg.subscriptions_topic, start, end)
@@ -573,7 +573,8 @@ class MatchingBatch:
         while the driver restores or reads the subscriptions: the last event of each events
         partition below ``events_end`` read by Spark's Kafka source into
         ``arrow_matching.warm_batches`` (the executors' first Kafka consumer and the Python
-        workers' imports and kernels, which on a new JVM take seconds of the batch's own job).
+        workers' imports and kernels, which on a new JVM take seconds of the batch's own job;
+        docs/decisions/first-batch-warm-up.md).
         None when the events topic holds no event yet. A failure only costs that time: it is
         logged, and the batch runs as it would."""
         from streaming.arrow_matching import INPUT_COLUMNS, warm_batches
