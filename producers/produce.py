@@ -158,8 +158,15 @@ _COUNTER: Any = None  # the shared progress counter of a worker process (set by 
 
 
 def _init_worker(counter: Any) -> None:
+    """A forked worker's start: the shared counter, and SIGTERM back to its default action. The
+    worker inherits the parent's Python handlers (a CLI run in the same process installs one),
+    and ``Pool``'s exit ends its workers with SIGTERM while they wait for tasks; a handler that
+    does not end the process would leave the parent waiting for that worker forever."""
+    import signal
+
     global _COUNTER
     _COUNTER = counter
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _worker(args: tuple[KafkaConnection, ProduceConfig, int]) -> ProduceResult:
