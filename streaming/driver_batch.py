@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infra.connection import arrived
 from routing.matching.table import SubscriptionRecord
 from schemas.columnar import (
     EventFields,
@@ -625,19 +624,20 @@ class DriverBatch(ABC):
         self._report(stats)
 
     def _consume(self, batch_id: int) -> Any:
-        """The batch's raw rows (an Arrow table of :data:`RAW_SCHEMA`, each topic's partitions in
-        order, each in offset order) read by one Kafka consumer on the driver, or None when Spark's
-        offset log has not this batch's range (then the batch is collected).
+        """The batch's raw rows (an Arrow table of :data:`RAW_SCHEMA` in the order read, each
+        partition in offset order) read by one Kafka consumer on the driver
+        (``streaming.readers.read_ranges``), or None when Spark's offset log has not this batch's
+        range (then the batch is collected).
 
         The range is Spark's own: from the previous batch's end offsets (the earliest for a
         partition without one, as the query starts) to this batch's, both from the offset log
         Spark writes before it runs a batch (``streaming.matching_job.read_offset_log``), so these
         are the streaming batch's records; offsets that retention or compaction removed are
         skipped, as the query does (``failOnDataLoss`` false)."""
-        import pyarrow as pa
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer
 
         from streaming.matching_job import read_offset_log
+        from streaming.readers import RANGE_READER, read_ranges
 
         if self._query_folder is None:
             return None
@@ -651,51 +651,12 @@ class DriverBatch(ABC):
                 start = starts.get(name, {}).get(part, OFFSET_BEGINNING)
                 if end > 0 and start != end:
                     wanted[(name, part)] = (start, end)
-        cols: dict[tuple[str, int], list[Any]] = {tp: [] for tp in wanted}
-        if wanted:
-            if self._consumer is None:
-                settings = {
-                    "group.id": "siftstream-reader",  # assign() only, nothing committed (a group the jobs may use)
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    "enable.partition.eof": True,
-                    "queued.max.messages.kbytes": 16384,
-                }
-                self._consumer = Consumer(self.conn.confluent(**settings))
-            consumer = self._consumer
-            consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _e) in wanted.items()])
-            open_parts = set(wanted)
-            deadline = time.monotonic() + 120
-            try:
-                while open_parts:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{self.job}: batch {batch_id}: {sorted(open_parts)} not read in 120 s")
-                    for msg in arrived(consumer, 10_000, 0.5):
-                        tp = (msg.topic(), msg.partition())
-                        err = msg.error()
-                        if err is not None:
-                            if err.code() != KafkaError._PARTITION_EOF:
-                                raise RuntimeError(f"{self.job}: reading {tp}: {err}")
-                            open_parts.discard(tp)  # the partition's end: nothing more to read
-                            continue
-                        end = wanted[tp][1]
-                        if msg.offset() < end:
-                            cols[tp].append(msg)
-                        if msg.offset() >= end - 1:
-                            open_parts.discard(tp)
-            finally:
-                consumer.unassign()
-        rows = [m for tp in wanted for m in cols[tp]]
-        return pa.table(
-            {
-                "topic": pa.array([m.topic() for m in rows], pa.string()),
-                "partition": pa.array([m.partition() for m in rows], pa.int32()),
-                "offset": pa.array([m.offset() for m in rows], pa.int64()),
-                "ts_ms": pa.array([m.timestamp()[1] for m in rows], pa.int64()),
-                "key": pa.array([m.key() for m in rows], pa.binary()),
-                "value": pa.array([m.value() for m in rows], pa.binary()),
-            }
-        )
+        if self._consumer is None:
+            self._consumer = Consumer(self.conn.confluent(**RANGE_READER, **{"queued.max.messages.kbytes": 16384}))
+        try:
+            return read_ranges(self._consumer, wanted)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{self.job}: batch {batch_id}: {exc}") from exc
 
     def _produce(self, outputs: list[tuple[str, bytes, bytes]]) -> None:
         """Send ``outputs`` in order and wait for every acknowledgement (raise RuntimeError when

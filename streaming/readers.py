@@ -16,10 +16,12 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "RANGE_READER",
     "DecodeError",
     "KafkaRecord",
     "end_offsets",
     "read_range",
+    "read_ranges",
     "read_topic",
     "summarize_dead_letters",
     "watermarks",
@@ -99,6 +101,81 @@ def read_topic(conn: KafkaConnection, topic: str, schema: str, timeout_s: float 
         consumer.close()
 
 
+RANGE_READER = {
+    "group.id": "siftstream-reader",  # the readers' group (infra.security.JOB_GROUPS); nothing committed
+    "enable.auto.commit": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "earliest",
+}
+"""The settings of a consumer for :func:`read_ranges` (assign only: nothing is committed)."""
+
+
+def read_ranges(
+    consumer: Consumer, wanted: Mapping[tuple[str, int], tuple[int, int]], stall_s: float = 120.0
+) -> pa.Table:
+    """The raw records of each ``(topic, partition)`` of ``wanted`` in its ``[start, end)`` (a
+    start of ``OFFSET_BEGINNING``: the earliest), read by ``consumer`` (made with
+    :data:`RANGE_READER`; assigned here, unassigned after), as an Arrow table of
+    ``streaming.driver_batch.RAW_SCHEMA``'s columns (topic, partition, offset, ts_ms, key, value)
+    in the order read, each partition by offset; empty when ``wanted`` is.
+
+    What Spark's batch read by offsets gives, without the JVM: gaps that compaction or retention
+    left are skipped (a partition is done at its first record at or past ``end - 1``, or at its
+    end of partition), and a start below the log's start reads from it. Raises ``RuntimeError``
+    when no record arrives for ``stall_s`` while a partition is still below its end (the broker
+    is gone), or on a read error.
+    """
+    import time
+
+    import pyarrow as pa
+    from confluent_kafka import KafkaError
+
+    chunks: list[pa.Table] = []
+    behind = set(wanted)
+    consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _end) in wanted.items()])
+    try:
+        stalled_at = time.monotonic()
+        while behind:
+            msgs = arrived(consumer, 100_000, 0.5)
+            if msgs:
+                stalled_at = time.monotonic()
+            elif time.monotonic() - stalled_at > stall_s:
+                raise RuntimeError(f"no record for {stall_s:.0f} s while {sorted(behind)} are below their ends")
+            kept = []
+            for msg in msgs:
+                tp, err = (msg.topic(), msg.partition()), msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"reading {tp}: {err}")
+                    behind.discard(tp)  # the partition's end: nothing more to read
+                    continue
+                end = wanted[tp][1]
+                if msg.offset() < end:
+                    kept.append(msg)
+                if msg.offset() >= end - 1:
+                    behind.discard(tp)
+            if kept:  # columns a fetch at a time: a cold start's whole topic never sits as messages
+                chunks.append(
+                    pa.table(
+                        {
+                            "topic": pa.array([m.topic() for m in kept], pa.string()),
+                            "partition": pa.array([m.partition() for m in kept], pa.int32()),
+                            "offset": pa.array([m.offset() for m in kept], pa.int64()),
+                            "ts_ms": pa.array([m.timestamp()[1] for m in kept], pa.int64()),
+                            "key": pa.array([m.key() for m in kept], pa.binary()),
+                            "value": pa.array([m.value() for m in kept], pa.binary()),
+                        }
+                    )
+                )
+    finally:
+        consumer.unassign()
+    if not chunks:
+        return pa.table({"topic": pa.array([], pa.string()), "partition": pa.array([], pa.int32()),
+                         "offset": pa.array([], pa.int64()), "ts_ms": pa.array([], pa.int64()),
+                         "key": pa.array([], pa.binary()), "value": pa.array([], pa.binary())})  # fmt: skip
+    return pa.concat_tables(chunks).combine_chunks()
+
+
 _RANGE_FETCH = {
     "fetch.max.bytes": 64 << 20,
     "max.partition.fetch.bytes": 32 << 20,
@@ -110,81 +187,24 @@ _RANGE_FETCH = {
 def read_range(
     conn: KafkaConnection, topic: str, start: Mapping[int, int], end: Mapping[int, int], stall_s: float = 120.0
 ) -> pa.Table | None:
-    """The raw records of ``topic`` in ``[start, end)`` per partition of ``end`` (a missing start:
-    the earliest offset), read with one confluent-kafka consumer, as an Arrow table of
-    ``streaming.driver_batch.RAW_SCHEMA``'s columns (topic, partition, offset, ts_ms, key, value)
-    in the order read (per partition by offset); None when no partition has a record in range.
-
-    What Spark's batch read (``streaming.session.kafka_range``) gives, without the JVM: gaps that
-    compaction or retention left are skipped (a partition is done at its first record at or past
-    ``end - 1``, or at its end of partition), and a start below the log's start reads from it.
-    Raises ``RuntimeError`` when no record arrives for ``stall_s`` while a partition is still
-    below its end (the broker is gone), or on a read error.
+    """:func:`read_ranges` of ``topic``'s partitions of ``end`` from ``start`` (a missing start:
+    the earliest offset) with a consumer of its own; None when no partition has a record in range.
 
     Example: ``read_range(conn, "siftstream.subscriptions.v1", {}, {0: 500, 1: 480})`` reads both
     partitions from their start.
     """
-    import time
+    from confluent_kafka import OFFSET_BEGINNING
 
-    import pyarrow as pa
-    from confluent_kafka import OFFSET_BEGINNING, KafkaError
-
-    parts = sorted(p for p, o in end.items() if o > 0 and start.get(p, OFFSET_BEGINNING) != o)
-    if not parts:
+    wanted = {(topic, p): (start.get(p, OFFSET_BEGINNING), o) for p, o in sorted(end.items())}
+    wanted = {tp: (s, e) for tp, (s, e) in wanted.items() if e > 0 and s != e}
+    if not wanted:
         return None
-    consumer = Consumer(
-        conn.confluent(
-            **{
-                "group.id": "siftstream-reader",  # the readers' group (infra.security.JOB_GROUPS); nothing committed
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                **_RANGE_FETCH,
-            }
-        )
-    )
-    chunks: list[pa.Table] = []
+    consumer = Consumer(conn.confluent(**RANGE_READER, **_RANGE_FETCH))
     try:
-        consumer.assign([TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING)) for p in parts])
-        behind = set(parts)
-        stalled_at = time.monotonic()
-        while behind:
-            msgs = arrived(consumer, 100_000, 0.5)
-            if msgs:
-                stalled_at = time.monotonic()
-            elif time.monotonic() - stalled_at > stall_s:
-                raise RuntimeError(
-                    f"{topic}: no record for {stall_s:.0f} s while partitions {sorted(behind)} are below {dict(end)}"
-                )
-            kept = []
-            for msg in msgs:
-                p, err = msg.partition(), msg.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"reading {topic}: {err}")
-                    behind.discard(p)
-                    continue
-                offset = msg.offset()
-                if offset < end[p]:
-                    kept.append(msg)
-                if offset >= end[p] - 1:
-                    behind.discard(p)
-            if kept:
-                chunks.append(
-                    pa.table(
-                        {
-                            "topic": pa.array([topic] * len(kept), pa.string()),
-                            "partition": pa.array([m.partition() for m in kept], pa.int32()),
-                            "offset": pa.array([m.offset() for m in kept], pa.int64()),
-                            "ts_ms": pa.array([m.timestamp()[1] for m in kept], pa.int64()),
-                            "key": pa.array([m.key() for m in kept], pa.binary()),
-                            "value": pa.array([m.value() for m in kept], pa.binary()),
-                        }
-                    )
-                )
+        table = read_ranges(consumer, wanted, stall_s)
     finally:
         consumer.close()
-    return pa.concat_tables(chunks).combine_chunks() if chunks else None
+    return table if table.num_rows else None
 
 
 def end_offsets(conn: KafkaConnection, topics: list[str]) -> str:
