@@ -198,6 +198,8 @@ def _produce_parallel(conn: KafkaConnection, cfg: ProduceConfig, progress: Any) 
             total.good += part.good
             total.expected_errors.update(part.expected_errors)
             total.faults.update(part.faults)
+        pool.close()  # the workers end at the queue's sentinels: the exit's terminate finds none left
+        pool.join()
     return total
 
 

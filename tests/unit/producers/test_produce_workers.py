@@ -20,6 +20,8 @@ def test_a_forked_worker_takes_sigterm_by_default_whatever_the_parent_installed(
         ctx = mp.get_context("fork")
         with ctx.Pool(2, initializer=_init_worker, initargs=(ctx.Value("q", 0),)) as pool:
             assert pool.map(_handler_is_default, range(4)) == [True] * 4
+            pool.close()  # not the exit's terminate: a worker still starting would take its SIGTERM
+            pool.join()
         assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL  # the parent keeps its own
     finally:
         signal.signal(signal.SIGTERM, previous)
