@@ -21,7 +21,9 @@ partitions, keyed by id); W1 events (20 integer attributes uniform on [0, 10^6])
    with bytes per subscription. The exact mode's per-batch stats (``--stats``:
    ``streaming.matching_job.BatchStats``) give the phases of the batches up to the first match:
    the table's restore from the checkpoint, the Kafka read and JVM decode of the subscription
-   records, ``plan_changes`` and the table, the checkpoint write, the driver's ship (the
+   records, ``plan_changes`` and the table (of the records that a fresh start's head start,
+   which reads and plans while Spark starts, did not already take; their number is printed), the
+   checkpoint write, the driver's ship (the
    broadcasts, and the digest of a run's first snapshot), the slowest worker's sync and
    first flush (``worker_ready_ms``: at a restart, the load of the compiled index a worker of the
    earlier run saved, docs/decisions/compiled-index.md), the batch's write; and the compiled
@@ -262,6 +264,7 @@ def run_job(conn: KafkaConnection, args: argparse.Namespace, mode: str, label: s
         "published": watch.published,
         "memory": memory,
         "phases": phase_sums(rows, until) if rows else None,
+        "head_start_records": sum(r.get("head_start_records", 0) for r in rows),
         "exit": proc.returncode,
         "log": str(log_file),
         "compiled": {
@@ -292,7 +295,8 @@ def _report(r: Mapping[str, Any], n: int) -> None:
             f"checkpoint write {p['store_ms'] / 1e3:.1f} s, ship (broadcasts, first snapshot's digest) "
             f"{p['ship_ms'] / 1e3:.1f} s, slowest worker's sync + first flush "
             f"{p['worker_ready_ms'] / 1e3:.1f} s, write {p['write_ms'] / 1e3:.1f} s; batches' time "
-            f"{p['duration_ms'] / 1e3:.1f} s",
+            f"{p['duration_ms'] / 1e3:.1f} s; records read and planned by the head start while Spark started "
+            f"{r['head_start_records']:,} (not in the read and plan above)",
             flush=True,
         )
     files = ", ".join(f"{name} {mb:,.0f} MB" for name, mb in r["compiled"].items()) or "none"

@@ -18,7 +18,7 @@ Spark application:
 2. **Rejected subscriptions.** A second query reads the subscriptions topic (processing-time
    trigger ``rejections_interval``, ``foreachBatch``): each micro-batch's records are decoded by
    the driver jobs' ``streaming.driver_batch.TopicReader`` (its columnar fast path, the JVM for
-   the values it refers), judged by ``routing.matching.table.plan_changes`` on the driver and
+   the values it refers), judged by ``routing.matching.table.plan_columns`` on the driver and
    the rejected ones (values that do not decode or break a rule, filters that do not parse,
    with the parser's message) go to the dead-letter topic, exactly as the exact mode writes them
    (``streaming.matching_job.subscription_dead_letters``). The workers only count rejections, so
@@ -102,15 +102,13 @@ class RejectionBatch:
         self._reader: Any = None  # the subscriptions topic's TopicReader, made on first use
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from routing.matching.table import plan_changes
         from streaming.driver_batch import RAW_EXPRS, TopicReader
-        from streaming.matching_job import SubscriptionRows, subscription_dead_letters
+        from streaming.matching_job import PlannedRecords, SubscriptionRows, subscription_dead_letters
 
         if self._reader is None:
             self._reader = TopicReader(self.spark, SUBSCRIPTIONS_TOPIC, "matching", raw=True)
         rows = SubscriptionRows(self._reader.collect(batch.selectExpr(*RAW_EXPRS).toArrow()))
-        outcomes = plan_changes(rows.records())
-        rejected = [(rows.row(i), o.rejection) for i, o in enumerate(outcomes) if o.rejection is not None]
+        rejected = PlannedRecords.of(rows).rejected
         if rejected:
             if self._writer is None:
                 from producers.kafka_writer import KafkaWriter

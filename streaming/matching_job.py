@@ -11,11 +11,13 @@ before ``B`` runs. ``foreachBatch`` then:
    (``streaming.readers.read_range``), decoded and validated by the driver jobs' ``TopicReader``
    (``streaming.driver_batch``: a columnar fast path, and the JVM's ``streaming.decode`` for the
    values it refers, which gives the verdicts and reasons), and applied in (partition, offset)
-   order to the driver's ``SubscriptionTable`` through ``routing.matching.table.plan_changes``: a
+   order to the driver's ``SubscriptionTable`` through ``routing.matching.table.plan_columns``: a
    filter is validated with ``validate_filter``, a bad one goes to the dead-letter topic with the
    parser's message, composites are skipped, tombstones and ``unsubscribe`` remove. The batch's
    changes (or a snapshot) are written to ``<checkpoint>/subscriptions``
-   (``streaming.subscription_store``) *before* any output of ``B``.
+   (``streaming.subscription_store``) *before* any output of ``B``. At a fresh start a
+   ``HeadStart`` has read and planned the topic up to a cut while Spark started the query; the
+   first batch then reads only from the cut (docs/decisions/fresh-start-head-start.md).
 2. **Shipping to executors.** Python workers keep a ``MatchIndex`` per job in a module-level
    ``IndexReplica`` (``streaming.arrow_matching``). The driver ships a small ``ShipState`` inside
    the task closure: the table version, the changes since the current snapshot, and a broadcast
@@ -91,7 +93,7 @@ from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
 from routing.matching.collector import collector_paused
 from routing.matching.digest import texts_digest
-from routing.matching.table import Change, SubscriptionRecord, SubscriptionTable, plan_changes
+from routing.matching.table import Change, RecordColumns, SubscriptionTable, plan_columns
 from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
 from streaming import logs
 from streaming.driver_batch import TopicReader
@@ -108,15 +110,17 @@ __all__ = [
     "READER_NAMES",
     "RECORD_COLUMNS",
     "BatchStats",
+    "HeadStart",
+    "HeadStartTable",
     "MatchingBatch",
     "MatchingConfig",
+    "PlannedRecords",
     "SubscriptionRows",
     "build_query",
     "event_rows",
     "read_offset_log",
     "run",
     "subscription_dead_letters",
-    "to_record",
 ]
 
 _log = logs.get("matching")
@@ -212,7 +216,7 @@ def event_rows(source: DataFrame, events_topic: str) -> DataFrame:
 
 
 RECORD_COLUMNS = ("key", "tombstone", "error_code", "reason", "op", "subscription_id", "filter", "composite")
-"""The columns of :class:`SubscriptionRows` that make a ``SubscriptionRecord``, in ``_record``'s order."""
+"""The columns of :class:`SubscriptionRows` that make ``routing.matching.table.RecordColumns``, in its order."""
 
 READER_NAMES = {
     "raw_key": "key",
@@ -226,23 +230,21 @@ READER_NAMES = {
 their names in :class:`SubscriptionRows`."""
 
 
-def _record(
-    key: Any, tombstone: Any, error_code: Any, reason: Any, op: Any, sid: Any, filt: Any, composite: Any
-) -> SubscriptionRecord:
-    text = None
-    if key is not None:
-        try:
-            text = bytes(key).decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-    if error_code is None:
-        return SubscriptionRecord(text, bool(tombstone), None, reason, op, sid, filt, composite)
-    return SubscriptionRecord(text, bool(tombstone), error_code, reason)
+def _key_texts(keys: Any) -> list[str | None]:
+    """An Arrow column of raw Kafka keys as text (None where absent or not UTF-8)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-
-def to_record(row: Any) -> SubscriptionRecord:
-    """A row of :class:`SubscriptionRows` (a mapping of its columns) as ``plan_change`` takes it."""
-    return _record(*(row[c] for c in RECORD_COLUMNS))
+    try:
+        return pc.cast(keys, pa.string()).to_pylist()  # type: ignore[no-any-return]
+    except pa.ArrowInvalid:  # some key is not UTF-8: that one only is None
+        out: list[str | None] = []
+        for key in keys.to_pylist():
+            try:
+                out.append(None if key is None else bytes(key).decode("utf-8"))
+            except UnicodeDecodeError:
+                out.append(None)
+        return out
 
 
 class SubscriptionRows:
@@ -257,8 +259,9 @@ class SubscriptionRows:
     ...               "error_code": [None, None], "reason": [None, None], "op": [None, "subscribe"],
     ...               "subscription_id": [None, "s1"], "filter": [None, "x > 1"], "composite": [None, None]})
     >>> rows = SubscriptionRows(t)
-    >>> [(r.key, r.tombstone, r.filter) for r in rows.records()], rows.row(1)["offset"]
-    ([('s1', False, 'x > 1'), ('s2', True, None)], 0)
+    >>> cols = rows.columns()
+    >>> cols.key, cols.tombstone, cols.filter, rows.row(1)["offset"]
+    (['s1', 's2'], [False, True], ['x > 1', None], 0)
     """
 
     def __init__(self, table: Any) -> None:
@@ -268,12 +271,16 @@ class SubscriptionRows:
     def __len__(self) -> int:
         return int(self.table.num_rows)
 
-    def records(self) -> list[SubscriptionRecord]:
-        """Every row as ``plan_change`` takes it, in order (as ``to_record``); made with Python's
-        garbage collector paused (one object per record of the topic at a cold start)."""
+    def columns(self) -> RecordColumns:
+        """Every row as ``routing.matching.table.plan_columns`` takes them, in order: the
+        :data:`RECORD_COLUMNS` as lists, the key as text (None where absent or not UTF-8)."""
+        import pyarrow.compute as pc
+
         with collector_paused():
-            columns = [self.table.column(c).to_pylist() for c in RECORD_COLUMNS]
-            return [_record(*values) for values in zip(*columns, strict=True)]
+            table = self.table
+            tombstone = pc.fill_null(table.column("tombstone"), False).to_pylist()
+            rest = [table.column(c).to_pylist() for c in RECORD_COLUMNS[2:]]
+            return RecordColumns(_key_texts(table.column("key")), tombstone, *rest)
 
     def row(self, i: int) -> dict[str, Any]:
         """Row ``i`` as a dict of every column (for its dead letter)."""
@@ -320,6 +327,119 @@ def read_offset_log(query_checkpoint: Path, batch_id: int) -> dict[str, dict[int
     return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in doc.items()}
 
 
+# ---- a fresh start's head start ---------------------------------------------------------------
+
+
+@dataclass
+class PlannedRecords:
+    """Subscription records planned into changes (``routing.matching.table.plan_columns``) as a
+    batch takes them (the changes in order, each rejected record's row with its verdict, the skipped
+    composites) and how many records there were."""
+
+    changes: list[Change] = dataclasses.field(default_factory=list)
+    rejected: list[tuple[Any, tuple[str, str]]] = dataclasses.field(default_factory=list)
+    skipped: int = 0
+    records: int = 0
+
+    @classmethod
+    def of(cls, rows: SubscriptionRows | None) -> PlannedRecords:
+        """``rows`` planned in their order (``plan_columns``; none: nothing)."""
+        if rows is None or not len(rows):
+            return cls()
+        changes, rejections, skipped = plan_columns(rows.columns())
+        return cls(changes, [(rows.row(i), why) for i, why in rejections], skipped, len(rows))
+
+
+@dataclass
+class HeadStartTable:
+    """What a head start planned: the table of the records below ``cut`` (partition -> offset,
+    the partitions' ends when it began) applied to an empty table, and the records' outcomes
+    (``planned.changes`` emptied once applied)."""
+
+    cut: dict[int, int]
+    table: SubscriptionTable
+    planned: PlannedRecords
+
+
+class HeadStart:
+    """A fresh start's subscriptions, read and planned while Spark starts the query.
+
+    A matching job started on an empty checkpoint must read the whole compacted subscriptions
+    topic in its first micro-batch before it matches an event, and Spark takes seconds to start
+    the query and plan that batch, with the driver's Python idle meanwhile. A head start reads
+    the topic from its earliest offsets up to the partitions' ends at that moment (the *cut*), in
+    a thread of its own, decodes the records (the driver jobs' ``TopicReader``) and plans them
+    into a new ``SubscriptionTable`` (``PlannedRecords``, as a batch does).
+
+    The first batch (:meth:`take`) uses it when its table is the empty table at the earliest
+    offsets (a fresh start) and its own end offsets are at or past the cut on every partition:
+    it then reads only the records from the cut on. Applying the records in order is
+    deterministic, so the table equals the one the batch would have built alone; the rejected
+    records' dead letters and the counts go out with the batch. Otherwise (a
+    ``max_offsets_per_trigger`` below the cut, a failed read) the batch reads as it would have
+    without it. docs/decisions/fresh-start-head-start.md.
+
+    Example: ``HeadStart.begin(spark, cfg)`` (None unless ``cfg``'s checkpoint is fresh), which
+    ``build_query`` calls; ``HeadStart(spark, conn, topic, cut)`` reads up to a given cut instead
+    of the ends.
+    """
+
+    def __init__(
+        self, spark: SparkSession, conn: KafkaConnection, topic: str, cut: Mapping[int, int] | None = None
+    ) -> None:
+        self.conn, self.topic = conn, topic
+        self._cut = None if cut is None else dict(cut)  # None: the partitions' ends when the thread starts
+        self._reader = TopicReader(spark, SUBSCRIPTIONS_TOPIC, "matching", raw=True)
+        self._result: HeadStartTable | None = None
+        self._thread = threading.Thread(target=self._run, name="siftstream-matching-head-start", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def fresh(cfg: MatchingConfig) -> bool:
+        """Whether ``cfg``'s checkpoint has no micro-batch in Spark's offset log yet."""
+        offsets = cfg.query_checkpoint / "offsets"
+        return not (offsets.is_dir() and any(f.name.isdigit() for f in offsets.iterdir()))
+
+    @classmethod
+    def begin(cls, spark: SparkSession, cfg: MatchingConfig) -> HeadStart | None:
+        """A head start for ``cfg``'s job when its checkpoint is :meth:`fresh`; else None."""
+        return cls(spark, cfg.conn, cfg.subscriptions_topic) if cls.fresh(cfg) else None
+
+    def _run(self) -> None:
+        from streaming.readers import partition_ends, read_range
+
+        started = time.monotonic()
+        try:
+            cut = self._cut if self._cut is not None else partition_ends(self.conn, [self.topic]).get(self.topic, {})
+            raw = read_range(self.conn, self.topic, {}, cut) if cut else None
+            read_s = time.monotonic() - started
+            planned = PlannedRecords.of(None if raw is None else SubscriptionRows(self._reader.collect(raw)))
+            del raw
+            table = SubscriptionTable()
+            table.apply(planned.changes)
+            planned.changes = []
+            self._result = HeadStartTable(dict(cut), table, planned)
+            _log.info(
+                f"head start: {planned.records:,} subscription records below {cut} read in {read_s:.1f} s, "
+                f"decoded and planned ({len(table):,} active) in {time.monotonic() - started:.1f} s"
+            )
+        except Exception as exc:  # the first batch reads the topic itself
+            _log.warning(f"the head start's read of {self.topic} failed; the first batch reads it: {exc}")
+
+    def take(self, end: Mapping[int, int], timeout_s: float = 900.0) -> HeadStartTable | None:
+        """The planned table when ``end`` (the first batch's end offsets of the topic) is at or
+        past its cut on every partition; None otherwise, or when it failed or is not done within
+        ``timeout_s``. Taken once."""
+        self._thread.join(timeout_s)
+        result, self._result = self._result, None
+        if result is None:
+            return None
+        if any(end.get(p, 0) < o for p, o in result.cut.items()):
+            _log.info(f"the head start's cut {result.cut} is past the first batch's end {dict(end)}: not used")
+            return None
+        return result
+
+
 # ---- the micro-batch --------------------------------------------------------------------------
 
 
@@ -330,13 +450,16 @@ class BatchStats:
     The ``*_ms`` are wall-clock milliseconds on the driver (``duration_ms`` the whole
     ``foreachBatch``, ``write_ms`` its one Spark job: the workers' matching and the Kafka write),
     except ``worker_*``: summed over the batch's tasks (which run side by side), from the Python
-    workers (``streaming.arrow_matching.ShipState.counters``).
+    workers (``streaming.arrow_matching.ShipState.counters``). ``subscription_records`` counts
+    the records of the batch's range, ``head_start_records`` those of them a ``HeadStart`` read
+    and planned before the batch (its ``read_ms`` and ``plan_ms`` are of the rest).
     """
 
     batch_id: int
     events: int = 0
     rejected_events: int = 0
     subscription_records: int = 0
+    head_start_records: int = 0
     rejected_subscriptions: int = 0
     skipped_composites: int = 0
     subscriptions: int = 0
@@ -428,7 +551,9 @@ class _Shipper:
 class MatchingBatch:
     """The ``foreachBatch`` function: keeps the subscription table and writes each batch's output."""
 
-    def __init__(self, spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) -> None:
+    def __init__(
+        self, spark: SparkSession, cfg: MatchingConfig, quiet: bool = True, head_start: HeadStart | None = None
+    ) -> None:
         self.spark, self.cfg, self.quiet = spark, cfg, quiet
         self.store = TableStore(cfg.table_folder)
         self.table: SubscriptionTable | None = None
@@ -444,6 +569,7 @@ class MatchingBatch:
         self.history: list[BatchStats] = []
         self._writer: KafkaWriter | None = None  # the driver's rows (rejected subscriptions)
         self.reader = TopicReader(spark, SUBSCRIPTIONS_TOPIC, "matching", raw=True)
+        self.head_start = head_start
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -480,12 +606,23 @@ class MatchingBatch:
         )
         table = SubscriptionTable()
         rows = self._read_subscriptions({}, prev_subs)
-        changes = [] if rows is None else [o.change for o in plan_changes(rows.records())]
-        table.apply(c for c in changes if c is not None)
+        table.apply(PlannedRecords.of(rows).changes)
         table.snapshot()
         self.table, self.offsets = table, dict(prev_subs)
         self.store.save_snapshot(batch_id - 1, table.filters, table.version, self.offsets)
         self.last_snapshot = batch_id - 1
+
+    def _take_head_start(self, subs_end: Mapping[int, int]) -> HeadStartTable | None:
+        """The head start's table, made this batch's starting table, when the batch starts fresh
+        (the empty table at the earliest offsets) and its end is at or past the cut."""
+        head, self.head_start = self.head_start, None
+        assert self.table is not None
+        if head is None or self.offsets or self.table.version:
+            return None
+        taken = head.take(subs_end)
+        if taken is not None:
+            self.table, self.offsets = taken.table, dict(taken.cut)
+        return taken
 
     # -- the batch ----------------------------------------------------------------------------
 
@@ -499,26 +636,25 @@ class MatchingBatch:
         if end is None:
             raise RuntimeError(f"Spark's offset log has no entry for batch {batch_id}")
         warming: threading.Thread | None = None
+        subs_end = end.get(self.cfg.subscriptions_topic, {})
+        head: HeadStartTable | None = None
         if self.table is None:
             warming = self._warm_workers(end.get(self.cfg.events_topic, {}))
             self._restore(batch_id)
+            head = self._take_head_start(subs_end)
             stats.restore_ms = (time.monotonic() - started) * 1000
         assert self.table is not None
-        subs_end = end.get(self.cfg.subscriptions_topic, {})
 
         # 1. this batch's subscription changes, in order, before any of its events
         read_started = time.monotonic()
         rows = self._read_subscriptions(self.offsets, subs_end)
         stats.read_ms = (time.monotonic() - read_started) * 1000
-        changes: list[Change] = []
-        rejected: list[tuple[Any, tuple[str, str]]] = []
-        for i, outcome in enumerate(plan_changes([] if rows is None else rows.records())):
-            if outcome.change is not None:
-                changes.append(outcome.change)
-            if outcome.rejection is not None:
-                assert rows is not None
-                rejected.append((rows.row(i), outcome.rejection))
-            stats.skipped_composites += outcome.skipped
+        planned = PlannedRecords.of(rows)
+        changes, rejected = planned.changes, planned.rejected
+        if head is not None:  # the records below its cut, planned and applied already
+            rejected = head.planned.rejected + rejected
+            stats.head_start_records = head.planned.records
+        stats.skipped_composites = planned.skipped + (0 if head is None else head.planned.skipped)
         self.table.apply(changes)
         store_started = time.monotonic()
         stats.plan_ms = (store_started - read_started) * 1000 - stats.read_ms
@@ -531,11 +667,11 @@ class MatchingBatch:
         else:
             self.store.save_delta(batch_id, changes, self.table.version, self.offsets)
         stats.store_ms = (time.monotonic() - store_started) * 1000
-        stats.subscription_records = 0 if rows is None else len(rows)
+        stats.subscription_records = planned.records + stats.head_start_records
         stats.rejected_subscriptions = len(rejected)
         stats.subscriptions, stats.table_version = len(self.table), self.table.version
         stats.subscriptions_ms = (time.monotonic() - started) * 1000
-        del rows, changes  # a cold start's whole topic: not held through the batch's Spark job
+        del rows, changes, planned, head  # a cold start's whole topic: not held through the batch's Spark job
 
         # 2. + 3. ship the table, match the events on executors, one write of everything
         # (Spark's Observation never completes under the Kafka sink's batch write: its query runs
@@ -633,9 +769,12 @@ class MatchingBatch:
         logs.log_batch(_log, stats.batch_id, fields, self.quiet, {**detail, "write_ms": stats.write_ms})
 
 
-def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) -> tuple[StreamingQuery, MatchingBatch]:
+def build_query(
+    spark: SparkSession, cfg: MatchingConfig, quiet: bool = True, head_start: HeadStart | None = None
+) -> tuple[StreamingQuery, MatchingBatch]:
     """Wire Kafka (events + subscriptions) -> ``MatchingBatch`` -> Kafka and start the query; return
-    it with its ``MatchingBatch`` (per-batch ``BatchStats`` in ``.history``)."""
+    it with its ``MatchingBatch`` (per-batch ``BatchStats`` in ``.history``). A fresh checkpoint's
+    first batch takes ``head_start`` (when None, ``HeadStart.begin``'s)."""
     # The subscriptions topic is in the source for the offset log's consistent cut of both topics;
     # its records are read by offset range in each batch (MatchingBatch). The events' rows go to
     # the Python workers undecoded (module docstring, 3.).
@@ -644,7 +783,7 @@ def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) ->
         topics.append(cfg.topic_prefix + CHANNELS_TOPIC)
     source = kafka_stream(spark, cfg.conn, topics, cfg.max_offsets_per_trigger)
     events = event_rows(source, cfg.events_topic)
-    handler = MatchingBatch(spark, cfg, quiet)
+    handler = MatchingBatch(spark, cfg, quiet, head_start if head_start is not None else HeadStart.begin(spark, cfg))
     query = start_batches(
         events,
         handler,
@@ -656,9 +795,12 @@ def build_query(spark: SparkSession, cfg: MatchingConfig, quiet: bool = True) ->
     return query, handler
 
 
-def run(spark: SparkSession, cfg: MatchingConfig, quiet: bool = False) -> list[BatchStats]:
-    """Run until done (available-now) or interrupted; raise RuntimeError when the query failed."""
-    query, handler = build_query(spark, cfg, quiet)
+def run(
+    spark: SparkSession, cfg: MatchingConfig, quiet: bool = False, head_start: HeadStart | None = None
+) -> list[BatchStats]:
+    """Run until done (available-now) or interrupted; raise RuntimeError when the query failed.
+    ``head_start``: as ``build_query``."""
+    query, handler = build_query(spark, cfg, quiet, head_start)
     try:
         await_query(query, "matching")
     finally:

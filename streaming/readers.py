@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ __all__ = [
     "DecodeError",
     "KafkaRecord",
     "end_offsets",
+    "partition_ends",
     "read_range",
     "read_ranges",
     "read_topic",
@@ -207,19 +208,37 @@ def read_range(
     return table if table.num_rows else None
 
 
+def partition_ends(
+    conn: KafkaConnection, topics: Sequence[str], group: str = "siftstream-reader"
+) -> dict[str, dict[int, int]]:
+    """The current end (high watermark) of every partition of each of ``topics``; a topic that
+    does not exist is left out. ``group``: the consumer's group id (nothing is committed).
+
+    Example: ``partition_ends(conn, ["siftstream.subscriptions.v1"])`` gives
+    ``{"siftstream.subscriptions.v1": {0: 5012, 1: 4988}}``.
+    """
+    consumer = Consumer(conn.confluent(**{"group.id": group, "enable.auto.commit": False}))
+    try:
+        out: dict[str, dict[int, int]] = {}
+        for topic in topics:
+            meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None:
+                continue
+            out[topic] = {p: watermarks(consumer, topic, p)[1] for p in sorted(meta.partitions)}
+        return out
+    finally:
+        consumer.close()
+
+
 def end_offsets(conn: KafkaConnection, topics: list[str]) -> str:
     """The current end of every partition of ``topics``, as Spark's ``startingOffsets`` JSON."""
     import json
 
-    consumer = Consumer(conn.confluent(**{"group.id": "siftstream-reader", "enable.auto.commit": False}))
-    try:
-        out: dict[str, dict[str, int]] = {}
-        for topic in topics:
-            meta = consumer.list_topics(topic, timeout=10).topics[topic]
-            out[topic] = {str(p): watermarks(consumer, topic, p)[1] for p in meta.partitions}
-        return json.dumps(out)
-    finally:
-        consumer.close()
+    ends = partition_ends(conn, topics)
+    missing = [t for t in topics if t not in ends]
+    if missing:
+        raise RuntimeError(f"topics {missing} do not exist")
+    return json.dumps({t: {str(p): o for p, o in parts.items()} for t, parts in ends.items()})
 
 
 def summarize_dead_letters(records: list[KafkaRecord]) -> dict[str, Any]:

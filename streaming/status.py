@@ -208,20 +208,6 @@ def exit_code(jobs: Sequence[JobStatus], max_lag: int) -> int:
 # ---- reading the cluster ---------------------------------------------------------------------
 
 
-def _end_offsets(conn: KafkaConnection, topics: Sequence[str]) -> dict[str, dict[int, int]]:
-    """High watermark of every partition of the topics that exist."""
-    from confluent_kafka import Consumer
-
-    from streaming.readers import watermarks
-
-    consumer = Consumer(conn.confluent(**{"group.id": "siftstream-status", "enable.auto.commit": False}))
-    try:
-        meta = consumer.list_topics(timeout=10).topics
-        return {t: {p: watermarks(consumer, t, p)[1] for p in meta[t].partitions} for t in topics if t in meta}
-    finally:
-        consumer.close()
-
-
 def _latest_values(conn: KafkaConnection, topic: str, schema: str, timeout_s: float = 30.0) -> dict[bytes, Any]:
     """The last value per key of ``topic`` up to its current end (None for a tombstone); records
     that do not decode are skipped (an input topic may hold bad ones)."""
@@ -279,6 +265,8 @@ def collect(
 def _collect(conn: KafkaConnection, topic_prefix: str, checkpoint_dir: Path, max_lag: int) -> dict[str, Any]:
     from confluent_kafka import Consumer
 
+    from streaming.readers import partition_ends
+
     consumer = Consumer(conn.confluent(**{"group.id": "siftstream-status", "enable.auto.commit": False}))
     try:
         existing = set(consumer.list_topics(timeout=10).topics)
@@ -289,7 +277,7 @@ def _collect(conn: KafkaConnection, topic_prefix: str, checkpoint_dir: Path, max
         (t for t in existing if t.startswith(channel_topic(0, topic_prefix)[:-1]) and t.rsplit(".", 1)[-1].isdigit()),
         key=lambda t: int(t.rsplit(".", 1)[-1]),
     )
-    ends = _end_offsets(conn, names + channels)
+    ends = partition_ends(conn, names + channels, "siftstream-status")
     jobs = [job_status(job, dirs, ends) for job, dirs in query_dirs(checkpoint_dir, topic_prefix).items()]
     subs = _latest_values(conn, topic_prefix + SUBSCRIPTIONS_TOPIC, TOPICS[SUBSCRIPTIONS_TOPIC].schema)
     live = sum(1 for v in subs.values() if v is not None and v.get("type", "subscribe") == "subscribe")

@@ -33,7 +33,8 @@ packing
     compiled form of an index (:meth:`MatchIndex.to_arrays`).
 table
     :class:`SubscriptionTable`: the live subscriptions keyed by id, the changes a record makes
-    (:func:`plan_change`, :func:`plan_changes`), and :class:`IndexReplica` for executors that follow the table
+    (:func:`plan_change`, :func:`plan_changes`; :func:`plan_columns` over :class:`RecordColumns`),
+    and :class:`IndexReplica` for executors that follow the table
     (loading a compiled index from a :class:`CompiledStore` when one is given).
 
 Examples
@@ -75,10 +76,12 @@ from routing.matching.table import (
     IndexReplica,
     LoadedIndex,
     Outcome,
+    RecordColumns,
     SubscriptionRecord,
     SubscriptionTable,
     plan_change,
     plan_changes,
+    plan_columns,
 )
 
 __all__ = [
@@ -100,6 +103,7 @@ __all__ = [
     "Op",
     "Outcome",
     "Predicate",
+    "RecordColumns",
     "SubscriptionRecord",
     "SubscriptionTable",
     "Value",
@@ -114,6 +118,7 @@ __all__ = [
     "parse_filter",
     "plan_change",
     "plan_changes",
+    "plan_columns",
     "texts_digest",
     "unpack_strings",
     "validate_filter",

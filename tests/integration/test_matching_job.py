@@ -8,6 +8,7 @@ decoder); matches come from ``BruteForceIndex`` over the model.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 from collections import Counter
@@ -25,8 +26,8 @@ from routing.matching.index import BruteForceIndex
 from routing.matching.language import FilterError, parse_filter
 from schemas.codec import codec_for, decode
 from schemas.rules import classify
-from streaming.matching_job import MatchingConfig, run
-from streaming.readers import read_topic, watermarks
+from streaming.matching_job import HeadStart, MatchingConfig, run
+from streaming.readers import partition_ends, read_topic, watermarks
 
 pytestmark = pytest.mark.kafka
 
@@ -200,6 +201,54 @@ def test_matches_and_dead_letters_equal_the_oracle(
     assert sum(b.rejected_subscriptions for b in history) == sum(bad_subs.values())
     assert sum(b.skipped_composites for b in history) == 1
     assert history[-1].subscriptions == len(model)
+
+
+def test_a_fresh_start_takes_its_head_start_and_reads_the_records_after_its_cut(
+    spark, kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    topic = topic_prefix + "siftstream.subscriptions.v1"
+    first = base_subscriptions()
+    produce(kafka_conn, topic_prefix, first, "a", 100, seed=4)
+    cut = partition_ends(kafka_conn, [topic])[topic]
+    later = [unsubscribe("s2"), subscribe("late", "price exists"), subscribe("bad5", "price >")]
+    produce(kafka_conn, topic_prefix, later, "b", 100, seed=5)
+    cfg = _cfg(kafka_conn, topic_prefix, tmp_path)
+    assert HeadStart.fresh(cfg)  # an empty checkpoint
+    history = run(spark, cfg, quiet=True, head_start=HeadStart(spark, kafka_conn, topic, cut))
+    assert not HeadStart.fresh(cfg) and HeadStart.begin(spark, cfg) is None  # the checkpoint has batches now
+
+    model: dict[str, str] = {}
+    bad_subs = apply_ops(model, first + later)
+    assert history[0].head_start_records == sum(cut.values()) == len(first)
+    assert history[0].subscription_records == len(first) + len(later)
+    assert sum(b.rejected_subscriptions for b in history) == sum(bad_subs.values())
+    assert history[-1].subscriptions == len(model)
+    events = raw_events(kafka_conn, topic_prefix + "siftstream.events.v1")
+    matches = matches_by_event(kafka_conn, topic_prefix)
+    assert len(matches) == len(events)
+    check_phase(matches, events, model, "a")
+    check_phase(matches, events, model, "b")
+    letters = [d for d in dead_letters(kafka_conn, topic_prefix) if d["source_topic"] == topic]
+    assert Counter(d["error_code"] for d in letters) == bad_subs
+    assert {d["key"] for d in letters if d["error_code"] == "invalid_filter"} == {b"bad1", b"bad2", b"s0", b"bad5"}
+
+
+def test_a_head_start_past_the_first_batch_is_not_used(
+    spark, kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    subs = base_subscriptions()
+    produce(kafka_conn, topic_prefix, subs, "a", 60, seed=6)
+    cfg = dataclasses.replace(_cfg(kafka_conn, topic_prefix, tmp_path), max_offsets_per_trigger=20)
+    history = run(spark, cfg, quiet=True)  # build_query's own head start
+    assert history[0].subscription_records < len(subs)  # the first batch ended below the cut
+    assert all(b.head_start_records == 0 for b in history)
+    model: dict[str, str] = {}
+    bad_subs = apply_ops(model, subs)
+    assert sum(b.subscription_records for b in history) == len(subs)
+    assert sum(b.rejected_subscriptions for b in history) == sum(bad_subs.values())
+    events = raw_events(kafka_conn, topic_prefix + "siftstream.events.v1")
+    matches = matches_by_event(kafka_conn, topic_prefix)
+    assert len(matches) == len(events) and all(len(v) == 1 for v in matches.values())
 
 
 def test_a_second_run_sees_the_changed_subscriptions(

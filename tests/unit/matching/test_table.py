@@ -16,7 +16,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from routing.matching.index import BruteForceIndex
 from routing.matching.language import Filter, parse_filter
-from routing.matching.table import Delta, IndexReplica, SubscriptionRecord, SubscriptionTable, plan_change, plan_changes
+from routing.matching.table import (
+    Delta,
+    IndexReplica,
+    RecordColumns,
+    SubscriptionRecord,
+    SubscriptionTable,
+    plan_change,
+    plan_changes,
+    plan_columns,
+)
 from streaming.subscription_store import TableStore
 from tests.strategies import INDEX_IDS, index_events, index_filters
 
@@ -70,6 +79,56 @@ def test_plan_changes_decides_as_plan_change_one_by_one() -> None:
     records += [_sub(composite='{"op": "or", "children": ["x = 1"]}'), _sub()]
     assert plan_changes(records) == [plan_change(r) for r in records]
     assert sum(o.change is not None for o in plan_changes(records)) >= 4
+
+
+_KINDS = [
+    _sub(filter="a between 1 and 5 and b between -2 and 0"),
+    _sub(filter="a = 3", subscription_id="s2", key="s2"),
+    _sub(filter="a between 1 and 5 and"),
+    _sub(filter="é between 1 and 2"),
+    _sub(filter="price < 120 and symbol = 'IBM'"),
+    _sub(filter="x <"),
+    _sub(filter=""),
+    _sub(op="unsubscribe", filter="a = 1"),
+    SubscriptionRecord(key="s9", tombstone=True),
+    SubscriptionRecord(key=None, tombstone=True),
+    _sub(error_code="bad_framing", reason="value does not start with ...", filter="a = 1"),
+    _sub(composite='{"op": "or", "children": ["x = 1"]}'),
+    _sub(subscription_id=None, filter="a = 1"),
+    _sub(),
+]
+
+
+def _gathered(records: list[SubscriptionRecord]) -> tuple[list[object], list[object], int]:
+    outcomes = [plan_change(r) for r in records]
+    changes = [o.change for o in outcomes if o.change is not None]
+    rejections = [(i, o.rejection) for i, o in enumerate(outcomes) if o.rejection is not None]
+    return changes, rejections, sum(o.skipped for o in outcomes)
+
+
+def _columns(records: list[SubscriptionRecord]) -> RecordColumns:
+    return RecordColumns(*([getattr(r, f) for r in records] for f in RecordColumns._fields))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(range(len(_KINDS))), st.integers(0, 30)), max_size=40))
+def test_plan_columns_gathers_what_plan_change_decides_one_by_one(picks: list[tuple[int, int]]) -> None:
+    """Any mix and order of record kinds (runs of plain numeric subscribes, every other kind
+    between them, none at all): the same changes in the same order, the same rejections at the
+    same indexes, the same skipped count."""
+    records = []
+    for kind, n in picks:
+        r = _KINDS[kind]
+        sid = None if r.subscription_id is None else f"{r.subscription_id}-{n}"
+        records.append(r._replace(subscription_id=sid))
+    assert plan_columns(_columns(records)) == _gathered(records)
+
+
+def test_plan_columns_of_only_plain_subscribes_keeps_their_order() -> None:
+    records = [_sub(subscription_id=f"s{i}", filter=f"a between {i} and {i + 9}") for i in range(1000)]
+    changes, rejections, skipped = plan_columns(_columns(records))
+    assert changes == [(f"s{i}", f"a between {i} and {i + 9}") for i in range(1000)]
+    assert (rejections, skipped) == ([], 0)
 
 
 def test_a_rejected_filter_carries_the_parsers_message() -> None:

@@ -1,12 +1,13 @@
 """``streaming.matching_job.SubscriptionRows``: the subscription records collected as Arrow give
-the same ``SubscriptionRecord`` values, in (partition, offset) order, as ``to_record`` over the
-same rows one by one, and each row back for its dead letter (no Spark)."""
+their columns in (partition, offset) order, the key as text, and each row back for its dead
+letter; ``PlannedRecords`` plans them as ``plan_change`` plans each record (no Spark)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from streaming.matching_job import RECORD_COLUMNS, SubscriptionRows, to_record
+from routing.matching.table import SubscriptionRecord, plan_change
+from streaming.matching_job import RECORD_COLUMNS, PlannedRecords, SubscriptionRows
 
 ROWS = [
     # partition, offset, key, tombstone, error_code, reason, op, subscription_id, filter, composite, value
@@ -26,20 +27,30 @@ def table() -> pa.Table:
     return pa.table({n: pa.array(c, t) for n, c, t in zip(NAMES, columns, types, strict=True)})
 
 
-def test_records_equal_to_record_row_by_row_in_partition_offset_order() -> None:
-    ordered = sorted((dict(zip(NAMES, r, strict=True)) for r in ROWS), key=lambda r: (r["partition"], r["offset"]))
+def _ordered() -> list[dict[str, object]]:
+    return sorted((dict(zip(NAMES, r, strict=True)) for r in ROWS), key=lambda r: (r["partition"], r["offset"]))
+
+
+def test_columns_are_the_rows_in_partition_offset_order_with_the_key_as_text() -> None:
     rows = SubscriptionRows(table())
     assert len(rows) == len(ROWS)
-    assert rows.records() == [to_record(r) for r in ordered]
+    cols = rows.columns()
+    ordered = _ordered()
+    for name in RECORD_COLUMNS[1:]:
+        assert getattr(cols, name) == [r[name] for r in ordered], name
+    assert cols.key == ["s1", None, "s1", "c1", None, "s3"]  # absent and not UTF-8: None
 
 
-def test_bad_rows_keep_no_record_fields_and_an_undecodable_key_is_none() -> None:
-    records = SubscriptionRows(table()).records()
-    bad = [r for r in records if r.error_code is not None]
-    assert [(r.error_code, r.key, r.op, r.filter) for r in bad] == [
-        ("missing_key", None, None, None),
-        ("bad_framing", None, None, None),
-    ]
+def test_planned_records_decide_as_plan_change_row_by_row() -> None:
+    ordered = _ordered()
+    records = [SubscriptionRecord(*(r[c] for c in RECORD_COLUMNS)) for r in ordered]
+    records = [r._replace(key=None if r.key is None else r.key.decode("utf-8", "replace")) for r in records]
+    outcomes = [plan_change(r) for r in records]
+    planned = PlannedRecords.of(SubscriptionRows(table()))
+    assert planned.records == len(ROWS)
+    assert planned.changes == [o.change for o in outcomes if o.change is not None]
+    assert planned.skipped == sum(o.skipped for o in outcomes) == 1
+    assert [(r["offset"], why[0]) for r, why in planned.rejected] == [(4, "missing_key"), (3, "bad_framing")]
 
 
 def test_row_gives_every_column_back_for_the_dead_letter() -> None:
@@ -56,4 +67,5 @@ def test_row_gives_every_column_back_for_the_dead_letter() -> None:
 
 def test_an_empty_table_has_no_records() -> None:
     rows = SubscriptionRows(table().slice(0, 0))
-    assert len(rows) == 0 and rows.records() == []
+    assert len(rows) == 0 and rows.columns().key == []
+    assert PlannedRecords.of(rows) == PlannedRecords.of(None) == PlannedRecords()
