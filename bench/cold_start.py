@@ -21,7 +21,7 @@ partitions, keyed by id); W1 events (20 integer attributes uniform on [0, 10^6])
    with bytes per subscription. The exact mode's per-batch stats (``--stats``:
    ``streaming.matching_job.BatchStats``) give the phases of the batches up to the first match:
    the table's restore from the checkpoint, the Kafka read and JVM decode of the subscription
-   records, ``plan_changes`` and the table (of the records that a fresh start's head start,
+   records, their plan and the table (of the records that a fresh start's head start,
    which reads and plans while Spark starts, did not already take; their number is printed), the
    checkpoint write, the driver's ship (the
    broadcasts, and the digest of a run's first snapshot), the slowest worker's sync and

@@ -464,6 +464,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_match_job(args: argparse.Namespace) -> int:
+    from streaming.head_start import HeadStart
     from streaming.matching_job import MatchingConfig, run
 
     checkpoint, stats = _job_paths(args, "matching")
@@ -481,6 +482,8 @@ def cmd_match_job(args: argparse.Namespace) -> int:
         stats_file=stats,
         deliver=not (args.no_delivery or direct),
     )
+    # a fresh start reads and plans the subscriptions while Spark starts (docs/decisions/fresh-start-head-start.md)
+    head_start = None if direct else HeadStart.begin(cfg)
     spark = _spark(args)
     log = logs.get("matching")
     if direct:  # docs/decisions/direct-matching.md
@@ -500,7 +503,7 @@ def cmd_match_job(args: argparse.Namespace) -> int:
         + ("" if args.no_delivery else ", delivery through the channel topics (docs/reference/delivery.md)")
         + f", checkpoint {cfg.checkpoint}"
     )
-    history = run(spark, cfg, quiet=args.quiet)
+    history = run(spark, cfg, quiet=args.quiet, head_start=head_start)
     spark.stop()
     totals = {
         "events_matched": sum(b.events for b in history),

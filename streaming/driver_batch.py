@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,8 +74,10 @@ __all__ = [
     "RAW_SCHEMA",
     "BatchStats",
     "DriverBatch",
+    "FastSplit",
     "TopicReader",
     "column",
+    "fast_split",
     "good_rows",
     "link_samples",
     "subscription_records",
@@ -144,6 +147,39 @@ RAW_SCHEMA = "topic string, partition int, offset long, ts_ms long, key binary, 
 """The raw Kafka rows as the driver jobs collect them (``ts_ms``: the record's timestamp)."""
 RAW_EXPRS = ("topic", "partition", "offset", "unix_millis(timestamp) AS ts_ms", "key", "value")
 """A Kafka frame's columns as :data:`RAW_SCHEMA` (``DataFrame.selectExpr``)."""
+
+
+@dataclass(frozen=True)
+class FastSplit:
+    """Raw rows split by the columnar fast path (:func:`fast_split`): its decoded ``out``, the
+    rows it accepts (``idx``, ascending) and those it refers to the JVM (``referred``), which
+    rows are a compacted topic's tombstones, and the key and value columns as one chunk each."""
+
+    out: Any
+    idx: np.ndarray
+    referred: np.ndarray
+    tombstone: np.ndarray
+    key: Any
+    value: Any
+
+
+def fast_split(
+    decode: Callable[[np.ndarray, np.ndarray, np.ndarray], FlatColumns | EventFields | MatchFields],
+    compacted: bool,
+    raw: Any,
+) -> FastSplit:
+    """``raw`` (Arrow, :data:`RAW_SCHEMA`) through a columnar decoder ``decode`` (a
+    ``FlatDecoder``'s ``decode``, ``decode_events``, ``decode_matches``): a row is accepted when
+    its value is and its key is null or ASCII, or, on a ``compacted`` topic, when it is a
+    tombstone (a null value) with such a key. No Spark: :class:`TopicReader` sends the referred
+    rows to the JVM; the matching job's head start leaves them to the first batch."""
+    value, key = raw.column("value").combine_chunks(), raw.column("key").combine_chunks()
+    buffers = binary_buffers(value)
+    out = decode(*buffers)
+    ascii_keys = ascii_rows(*binary_buffers(key))
+    tombstone = ~buffers[2] & ascii_keys if compacted else np.zeros(len(ascii_keys), dtype=np.bool_)
+    accepted = (out.accepted & ascii_keys) | tombstone
+    return FastSplit(out, np.flatnonzero(accepted), np.flatnonzero(~accepted), tombstone, key, value)
 
 
 class TopicReader:
@@ -222,21 +258,14 @@ class TopicReader:
         """This topic's raw rows ``raw`` (Arrow, :data:`RAW_SCHEMA`) decoded and checked."""
         if (self.flat is None and self.compiled is None) or raw.num_rows == 0:
             return self.decoded(raw)
-        value, key = raw.column("value").combine_chunks(), raw.column("key").combine_chunks()
-        buffers = binary_buffers(value)
-        out: FlatColumns | EventFields | MatchFields
-        out = self.flat.decode(*buffers) if self.flat is not None else self.compiled(*buffers)  # type: ignore[misc]
-        ascii_keys = ascii_rows(*binary_buffers(key))
-        tombstone = ~buffers[2] & ascii_keys if self.compacted else np.zeros(len(ascii_keys), dtype=np.bool_)
-        accepted = (out.accepted & ascii_keys) | tombstone
-        idx = np.flatnonzero(accepted)
-        referred = np.flatnonzero(~accepted)
-        fast = self._fast_table(raw, out, idx, key, value, tombstone[idx])
-        if not len(referred):
+        decode = self.flat.decode if self.flat is not None else self.compiled
+        split = fast_split(decode, self.compacted, raw)  # type: ignore[arg-type]
+        fast = self._fast_table(raw, split.out, split.idx, split.key, split.value, split.tombstone[split.idx])
+        if not len(split.referred):
             return fast
         import pyarrow as pa
 
-        return pa.concat_tables([fast, self.decoded(raw.take(pa.array(referred)))])
+        return pa.concat_tables([fast, self.decoded(raw.take(pa.array(split.referred)))])
 
     def decoded(self, raw: Any) -> Any:
         """The JVM path: ``raw`` decoded and checked by ``streaming.decode``, as an Arrow table."""

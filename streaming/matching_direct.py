@@ -103,7 +103,7 @@ class RejectionBatch:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from streaming.driver_batch import RAW_EXPRS, TopicReader
-        from streaming.matching_job import PlannedRecords, SubscriptionRows, subscription_dead_letters
+        from streaming.subscription_rows import PlannedRecords, SubscriptionRows, subscription_dead_letters
 
         if self._reader is None:
             self._reader = TopicReader(self.spark, SUBSCRIPTIONS_TOPIC, "matching", raw=True)

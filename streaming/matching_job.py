@@ -16,8 +16,9 @@ before ``B`` runs. ``foreachBatch`` then:
    parser's message, composites are skipped, tombstones and ``unsubscribe`` remove. The batch's
    changes (or a snapshot) are written to ``<checkpoint>/subscriptions``
    (``streaming.subscription_store``) *before* any output of ``B``. At a fresh start a
-   ``HeadStart`` has read and planned the topic up to a cut while Spark started the query; the
-   first batch then reads only from the cut (docs/decisions/fresh-start-head-start.md).
+   ``streaming.head_start.HeadStart`` begun before the Spark session has read and planned the
+   topic up to a cut; the first batch then reads only from the cut
+   (docs/decisions/fresh-start-head-start.md).
 2. **Shipping to executors.** Python workers keep a ``MatchIndex`` per job in a module-level
    ``IndexReplica`` (``streaming.arrow_matching``). The driver ships a small ``ShipState`` inside
    the task closure: the table version, the changes since the current snapshot, and a broadcast
@@ -91,13 +92,14 @@ from typing import TYPE_CHECKING, Any
 
 from infra.connection import KafkaConnection
 from producers.kafka_writer import KafkaWriter
-from routing.matching.collector import collector_paused
 from routing.matching.digest import texts_digest
-from routing.matching.table import Change, RecordColumns, SubscriptionTable, plan_columns
+from routing.matching.table import SubscriptionTable
 from schemas.topics import CHANNELS_TOPIC, DEADLETTER_TOPIC, EVENTS_TOPIC, MATCHES_TOPIC, SUBSCRIPTIONS_TOPIC
 from streaming import logs
 from streaming.driver_batch import TopicReader
+from streaming.head_start import HeadStart, HeadStartTable
 from streaming.session import await_query, kafka_stream, start_batches
+from streaming.subscription_rows import PlannedRecords, SubscriptionRows, subscription_dead_letters
 from streaming.subscription_store import CompiledIndexFolder, TableStore
 
 if TYPE_CHECKING:
@@ -107,20 +109,13 @@ if TYPE_CHECKING:
     from streaming.delivery import DeliveryStage
 
 __all__ = [
-    "READER_NAMES",
-    "RECORD_COLUMNS",
     "BatchStats",
-    "HeadStart",
-    "HeadStartTable",
     "MatchingBatch",
     "MatchingConfig",
-    "PlannedRecords",
-    "SubscriptionRows",
     "build_query",
     "event_rows",
     "read_offset_log",
     "run",
-    "subscription_dead_letters",
 ]
 
 _log = logs.get("matching")
@@ -215,97 +210,6 @@ def event_rows(source: DataFrame, events_topic: str) -> DataFrame:
     return source.where(F.col("topic") == events_topic).select(*INPUT_COLUMNS)
 
 
-RECORD_COLUMNS = ("key", "tombstone", "error_code", "reason", "op", "subscription_id", "filter", "composite")
-"""The columns of :class:`SubscriptionRows` that make ``routing.matching.table.RecordColumns``, in its order."""
-
-READER_NAMES = {
-    "raw_key": "key",
-    "raw_value": "value",
-    "s_op": "op",
-    "s_id": "subscription_id",
-    "s_filter": "filter",
-    "s_composite": "composite",
-}
-"""``streaming.driver_batch.TopicReader``'s columns of the subscriptions topic (``raw=True``) by
-their names in :class:`SubscriptionRows`."""
-
-
-def _key_texts(keys: Any) -> list[str | None]:
-    """An Arrow column of raw Kafka keys as text (None where absent or not UTF-8)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    try:
-        return pc.cast(keys, pa.string()).to_pylist()  # type: ignore[no-any-return]
-    except pa.ArrowInvalid:  # some key is not UTF-8: that one only is None
-        out: list[str | None] = []
-        for key in keys.to_pylist():
-            try:
-                out.append(None if key is None else bytes(key).decode("utf-8"))
-            except UnicodeDecodeError:
-                out.append(None)
-        return out
-
-
-class SubscriptionRows:
-    """Decoded subscription records as one Arrow table (no Python object per row and column on
-    the way), sorted by (partition, offset): ``streaming.driver_batch.TopicReader``'s table of the
-    subscriptions topic (``raw=True``; its columns renamed by :data:`READER_NAMES`), or any table
-    with the columns :data:`RECORD_COLUMNS` and, for dead letters, topic, partition, offset,
-    ts_ms and value.
-
-    >>> import pyarrow as pa
-    >>> t = pa.table({"partition": [1, 0], "offset": [0, 5], "key": [b"s2", b"s1"], "tombstone": [True, False],
-    ...               "error_code": [None, None], "reason": [None, None], "op": [None, "subscribe"],
-    ...               "subscription_id": [None, "s1"], "filter": [None, "x > 1"], "composite": [None, None]})
-    >>> rows = SubscriptionRows(t)
-    >>> cols = rows.columns()
-    >>> cols.key, cols.tombstone, cols.filter, rows.row(1)["offset"]
-    (['s1', 's2'], [False, True], ['x > 1', None], 0)
-    """
-
-    def __init__(self, table: Any) -> None:
-        table = table.rename_columns([READER_NAMES.get(n, n) for n in table.column_names])
-        self.table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
-
-    def __len__(self) -> int:
-        return int(self.table.num_rows)
-
-    def columns(self) -> RecordColumns:
-        """Every row as ``routing.matching.table.plan_columns`` takes them, in order: the
-        :data:`RECORD_COLUMNS` as lists, the key as text (None where absent or not UTF-8)."""
-        import pyarrow.compute as pc
-
-        with collector_paused():
-            table = self.table
-            tombstone = pc.fill_null(table.column("tombstone"), False).to_pylist()
-            rest = [table.column(c).to_pylist() for c in RECORD_COLUMNS[2:]]
-            return RecordColumns(_key_texts(table.column("key")), tombstone, *rest)
-
-    def row(self, i: int) -> dict[str, Any]:
-        """Row ``i`` as a dict of every column (for its dead letter)."""
-        return dict(self.table.slice(i, 1).to_pylist()[0])
-
-
-def subscription_dead_letters(
-    rejected: list[tuple[Any, tuple[str, str]]], deadletter_topic: str
-) -> list[tuple[str, bytes, bytes]]:
-    """Kafka ``(topic, key, value)`` rows for rejected subscription records: ``(row of
-    SubscriptionRows, (error_code, reason))`` pairs, encoded as the validation job does
-    (``schemas.rules.dead_letter``)."""
-    from schemas.rules import dead_letter
-
-    return [
-        (
-            deadletter_topic,
-            *dead_letter(
-                r["topic"], r["partition"], r["offset"], r["ts_ms"] * 1000, code, reason, r["key"], r["value"]
-            ),
-        )
-        for r, (code, reason) in rejected
-    ]
-
-
 # ---- Spark's offset log -----------------------------------------------------------------------
 
 
@@ -325,119 +229,6 @@ def read_offset_log(query_checkpoint: Path, batch_id: int) -> dict[str, dict[int
         raise RuntimeError(f"{path}: not a Spark offset log entry this job understands")
     doc = json.loads(lines[2])
     return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in doc.items()}
-
-
-# ---- a fresh start's head start ---------------------------------------------------------------
-
-
-@dataclass
-class PlannedRecords:
-    """Subscription records planned into changes (``routing.matching.table.plan_columns``) as a
-    batch takes them (the changes in order, each rejected record's row with its verdict, the skipped
-    composites) and how many records there were."""
-
-    changes: list[Change] = dataclasses.field(default_factory=list)
-    rejected: list[tuple[Any, tuple[str, str]]] = dataclasses.field(default_factory=list)
-    skipped: int = 0
-    records: int = 0
-
-    @classmethod
-    def of(cls, rows: SubscriptionRows | None) -> PlannedRecords:
-        """``rows`` planned in their order (``plan_columns``; none: nothing)."""
-        if rows is None or not len(rows):
-            return cls()
-        changes, rejections, skipped = plan_columns(rows.columns())
-        return cls(changes, [(rows.row(i), why) for i, why in rejections], skipped, len(rows))
-
-
-@dataclass
-class HeadStartTable:
-    """What a head start planned: the table of the records below ``cut`` (partition -> offset,
-    the partitions' ends when it began) applied to an empty table, and the records' outcomes
-    (``planned.changes`` emptied once applied)."""
-
-    cut: dict[int, int]
-    table: SubscriptionTable
-    planned: PlannedRecords
-
-
-class HeadStart:
-    """A fresh start's subscriptions, read and planned while Spark starts the query.
-
-    A matching job started on an empty checkpoint must read the whole compacted subscriptions
-    topic in its first micro-batch before it matches an event, and Spark takes seconds to start
-    the query and plan that batch, with the driver's Python idle meanwhile. A head start reads
-    the topic from its earliest offsets up to the partitions' ends at that moment (the *cut*), in
-    a thread of its own, decodes the records (the driver jobs' ``TopicReader``) and plans them
-    into a new ``SubscriptionTable`` (``PlannedRecords``, as a batch does).
-
-    The first batch (:meth:`take`) uses it when its table is the empty table at the earliest
-    offsets (a fresh start) and its own end offsets are at or past the cut on every partition:
-    it then reads only the records from the cut on. Applying the records in order is
-    deterministic, so the table equals the one the batch would have built alone; the rejected
-    records' dead letters and the counts go out with the batch. Otherwise (a
-    ``max_offsets_per_trigger`` below the cut, a failed read) the batch reads as it would have
-    without it. docs/decisions/fresh-start-head-start.md.
-
-    Example: ``HeadStart.begin(spark, cfg)`` (None unless ``cfg``'s checkpoint is fresh), which
-    ``build_query`` calls; ``HeadStart(spark, conn, topic, cut)`` reads up to a given cut instead
-    of the ends.
-    """
-
-    def __init__(
-        self, spark: SparkSession, conn: KafkaConnection, topic: str, cut: Mapping[int, int] | None = None
-    ) -> None:
-        self.conn, self.topic = conn, topic
-        self._cut = None if cut is None else dict(cut)  # None: the partitions' ends when the thread starts
-        self._reader = TopicReader(spark, SUBSCRIPTIONS_TOPIC, "matching", raw=True)
-        self._result: HeadStartTable | None = None
-        self._thread = threading.Thread(target=self._run, name="siftstream-matching-head-start", daemon=True)
-        self._thread.start()
-
-    @staticmethod
-    def fresh(cfg: MatchingConfig) -> bool:
-        """Whether ``cfg``'s checkpoint has no micro-batch in Spark's offset log yet."""
-        offsets = cfg.query_checkpoint / "offsets"
-        return not (offsets.is_dir() and any(f.name.isdigit() for f in offsets.iterdir()))
-
-    @classmethod
-    def begin(cls, spark: SparkSession, cfg: MatchingConfig) -> HeadStart | None:
-        """A head start for ``cfg``'s job when its checkpoint is :meth:`fresh`; else None."""
-        return cls(spark, cfg.conn, cfg.subscriptions_topic) if cls.fresh(cfg) else None
-
-    def _run(self) -> None:
-        from streaming.readers import partition_ends, read_range
-
-        started = time.monotonic()
-        try:
-            cut = self._cut if self._cut is not None else partition_ends(self.conn, [self.topic]).get(self.topic, {})
-            raw = read_range(self.conn, self.topic, {}, cut) if cut else None
-            read_s = time.monotonic() - started
-            planned = PlannedRecords.of(None if raw is None else SubscriptionRows(self._reader.collect(raw)))
-            del raw
-            table = SubscriptionTable()
-            table.apply(planned.changes)
-            planned.changes = []
-            self._result = HeadStartTable(dict(cut), table, planned)
-            _log.info(
-                f"head start: {planned.records:,} subscription records below {cut} read in {read_s:.1f} s, "
-                f"decoded and planned ({len(table):,} active) in {time.monotonic() - started:.1f} s"
-            )
-        except Exception as exc:  # the first batch reads the topic itself
-            _log.warning(f"the head start's read of {self.topic} failed; the first batch reads it: {exc}")
-
-    def take(self, end: Mapping[int, int], timeout_s: float = 900.0) -> HeadStartTable | None:
-        """The planned table when ``end`` (the first batch's end offsets of the topic) is at or
-        past its cut on every partition; None otherwise, or when it failed or is not done within
-        ``timeout_s``. Taken once."""
-        self._thread.join(timeout_s)
-        result, self._result = self._result, None
-        if result is None:
-            return None
-        if any(end.get(p, 0) < o for p, o in result.cut.items()):
-            _log.info(f"the head start's cut {result.cut} is past the first batch's end {dict(end)}: not used")
-            return None
-        return result
 
 
 # ---- the micro-batch --------------------------------------------------------------------------
@@ -774,7 +565,7 @@ def build_query(
 ) -> tuple[StreamingQuery, MatchingBatch]:
     """Wire Kafka (events + subscriptions) -> ``MatchingBatch`` -> Kafka and start the query; return
     it with its ``MatchingBatch`` (per-batch ``BatchStats`` in ``.history``). A fresh checkpoint's
-    first batch takes ``head_start`` (when None, ``HeadStart.begin``'s)."""
+    first batch takes ``head_start`` when given (``streaming.head_start``)."""
     # The subscriptions topic is in the source for the offset log's consistent cut of both topics;
     # its records are read by offset range in each batch (MatchingBatch). The events' rows go to
     # the Python workers undecoded (module docstring, 3.).
@@ -783,7 +574,7 @@ def build_query(
         topics.append(cfg.topic_prefix + CHANNELS_TOPIC)
     source = kafka_stream(spark, cfg.conn, topics, cfg.max_offsets_per_trigger)
     events = event_rows(source, cfg.events_topic)
-    handler = MatchingBatch(spark, cfg, quiet, head_start if head_start is not None else HeadStart.begin(spark, cfg))
+    handler = MatchingBatch(spark, cfg, quiet, head_start)
     query = start_batches(
         events,
         handler,

@@ -340,6 +340,9 @@ class MatchIndex:
         self._queue: dict[str, Filter | str | None] = {}
         # True: of the numeric form, None: of another simple shape (both compiled from the text)
         self._queue_parsed: dict[str, Filter | bool | None] = {}
+        # the last bulk read of new texts that were all of the numeric form, with those texts: the
+        # compile of exactly those texts takes it instead of reading them again (a build's chunks)
+        self._numeric_read: tuple[list[str], Any] | None = None
         self._simple_memo: dict[tuple[str | None, ...], _Record] = {}  # a simple predicate's record by its groups
         self._n_subs = 0
         # bit work batched until the next match
@@ -404,7 +407,9 @@ class MatchIndex:
             fresh = [filt for _, filt in staged if isinstance(filt, str) and filt not in texts and filt not in parsed]
             if fresh:
                 fresh = list(dict.fromkeys(fresh))
-                form = read_numeric_form(fresh)[0] >= 0
+                read = read_numeric_form(fresh)
+                form = read[0] >= 0
+                self._numeric_read = (fresh, read) if form.all() else None
                 new: dict[str, Filter | bool | None] = dict.fromkeys(compress(fresh, form.tolist()), True)
                 simple = _SIMPLE_FILTER.fullmatch
                 for filt in compress(fresh, (~form).tolist()):
@@ -665,7 +670,9 @@ class MatchIndex:
         >>> offs.tolist(), codes.tolist(), x.tolist(), y.tolist(), index._attr_names
         ([0, 2, 3], [54, 310, 560], [2.0, 0.0, 1.0], [9.0, 5.0, 1.0], ['b', 'a', 'c'])
         """
-        counts, start, end, hashes, ops, low, high, buf = read_numeric_form(texts)
+        memo, self._numeric_read = self._numeric_read, None
+        read = memo[1] if memo is not None and memo[0] == texts else read_numeric_form(texts)
+        counts, start, end, hashes, ops, low, high, buf = read
         if (counts < 0).any():
             raise ValueError("a text is not of the numeric form")
         _, first, inv = np.unique(hashes, return_index=True, return_inverse=True)

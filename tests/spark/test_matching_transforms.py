@@ -16,7 +16,7 @@ import pytest
 from producers.events import EventGenerator
 from producers.faults import FAULTS, corrupt
 from routing.matching.index import BruteForceIndex
-from routing.matching.table import SubscriptionTable, plan_change
+from routing.matching.table import SubscriptionTable
 from schemas.codec import codec_for, decode
 from schemas.rules import classify
 from schemas.topics import TOPICS
@@ -101,19 +101,21 @@ def test_every_event_becomes_a_match_or_the_validation_jobs_dead_letter(spark) -
     assert letters == reference and len(letters) == len(FAULTS)
 
 
+def sub(sid: str, **fields: Any) -> tuple[bytes, bytes]:
+    """A subscribe record of ``sid`` (key, single-object Avro value) with ``fields`` over the defaults."""
+    record = {"type": "subscribe", "subscription_id": sid, "subscriber_id": "u1", **fields}
+    return sid.encode(), codec_for("Subscription").encode(record)
+
+
 def test_subscription_rows_plan_the_changes_and_their_dead_letters(spark) -> None:  # type: ignore[no-untyped-def]
     from pyspark.sql import functions as F
 
     from streaming.decode import dead_letters
     from streaming.decode import decode as spark_decode
     from streaming.driver_batch import RAW_EXPRS, TopicReader
-    from streaming.matching_job import SubscriptionRows, subscription_dead_letters
+    from streaming.subscription_rows import PlannedRecords, SubscriptionRows, subscription_dead_letters
 
     codec = codec_for("Subscription")
-
-    def sub(sid: str, **fields: Any) -> tuple[bytes, bytes]:
-        record = {"type": "subscribe", "subscription_id": sid, "subscriber_id": "u1", **fields}
-        return sid.encode(), codec.encode(record)
 
     values: list[tuple[bytes | None, bytes | None]] = [
         sub("s1", filter="price < 10"),
@@ -128,16 +130,13 @@ def test_subscription_rows_plan_the_changes_and_their_dead_letters(spark) -> Non
     ]
     frame = _frame(spark, "subs", values).withColumn("partition", F.lit(0))  # one partition: one order
     reader = TopicReader(spark, "siftstream.subscriptions.v1", "matching", raw=True)
-    rows = SubscriptionRows(reader.collect(frame.selectExpr(*RAW_EXPRS).toArrow()))
+    raw = frame.selectExpr(*RAW_EXPRS).toArrow()
+    rows = SubscriptionRows(reader.collect(raw))
+    planned = PlannedRecords.of(rows)
     table = SubscriptionTable()
-    rejected = []
-    for i, record in enumerate(rows.records()):
-        outcome = plan_change(record)
-        if outcome.change:
-            table.apply([outcome.change])
-        if outcome.rejection:
-            rejected.append((rows.row(i), outcome.rejection))
-    assert dict(table.filters) == {"s7": "c exists"}
+    table.apply(planned.changes)
+    rejected = planned.rejected
+    assert dict(table.filters) == {"s7": "c exists"} and planned.skipped == 1
     assert [(r["offset"], code) for r, (code, _) in rejected] == [
         (1, "invalid_filter"),
         (3, "invalid_value"),
@@ -153,3 +152,42 @@ def test_subscription_rows_plan_the_changes_and_their_dead_letters(spark) -> Non
     bad_filter = decode(letters[b"subs/0/1"], "DeadLetter")[1]
     assert bad_filter["error_code"] == "invalid_filter" and "at position 7" in bad_filter["reason"]
     assert bad_filter["value"] == values[1][1] and bad_filter["source_timestamp"] == 1767268800123
+
+
+def test_fast_subscription_rows_are_the_readers_rows_below_the_first_record_it_refers(spark) -> None:  # type: ignore[no-untyped-def]
+    """The head start's decode without Spark gives, below the cut it lowers, the rows (and so the
+    plan) that the TopicReader gives with the JVM; the records from the cut on are those the fast
+    path cannot decide alone."""
+    from pyspark.sql import functions as F
+
+    from streaming.driver_batch import RAW_EXPRS, TopicReader
+    from streaming.subscription_rows import PlannedRecords, SubscriptionRows, fast_subscription_rows
+
+    codec = codec_for("Subscription")
+
+    head = [
+        sub("s1", filter="price < 10"),
+        sub("s2", filter="price <"),
+        (b"s1", None),
+        sub("s3", composite='{"op": "or", "children": ["a = 1", "b = 2"]}'),
+        (b"s4", codec.encode({"type": "unsubscribe", "subscription_id": "s4"})),
+        sub("s5", filter="a between 1 and 9 and b = 3"),
+    ]
+    tail = [(b"s6", b"\x00garbage"), sub("s7", filter="c exists")]
+    for p, values in enumerate([head + tail, head]):  # partition 0 has a record to refer, 1 has none
+        frame = _frame(spark, "subs", values).withColumn("partition", F.lit(p))
+        raw = frame.selectExpr(*RAW_EXPRS).toArrow()
+        rows, cut = fast_subscription_rows(raw, {p: len(values)})
+        assert cut == {p: len(head)}
+        reader = TopicReader(spark, "siftstream.subscriptions.v1", "matching", raw=True)
+        reference = SubscriptionRows(reader.collect(raw).filter(_offset_below(len(head))))
+        assert rows.columns() == reference.columns()
+        ours, theirs = PlannedRecords.of(rows), PlannedRecords.of(reference)
+        assert ours.changes == theirs.changes and ours.skipped == theirs.skipped == 1
+        assert [(r["offset"], why) for r, why in ours.rejected] == [(r["offset"], why) for r, why in theirs.rejected]
+
+
+def _offset_below(n: int) -> Any:
+    import pyarrow.compute as pc
+
+    return pc.field("offset") < n

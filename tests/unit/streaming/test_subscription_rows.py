@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from routing.matching.table import SubscriptionRecord, plan_change
-from streaming.matching_job import RECORD_COLUMNS, PlannedRecords, SubscriptionRows
+from streaming.subscription_rows import RECORD_COLUMNS, PlannedRecords, SubscriptionRows
 
 ROWS = [
     # partition, offset, key, tombstone, error_code, reason, op, subscription_id, filter, composite, value
