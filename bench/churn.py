@@ -11,8 +11,10 @@ Workloads (printed with the numbers):
 **Churn.** ``--live`` subscriptions (default 100,000) are loaded, then ``--ops`` operations
 (default 200,000) alternate unsubscribing a random live subscription and subscribing a new id
 with a new filter text, in micro-batches of ``--batch`` operations (default 5,000). Each batch
-takes the matching job's path: ``SubscriptionRecord`` values (decoded records) ->
-``plan_changes`` (every filter parsed to validate it) -> ``SubscriptionTable.apply`` (a snapshot
+takes the matching job's path: decoded records as columns (``RecordColumns``, as the job's
+``SubscriptionRows.columns`` gives them; made from ``SubscriptionRecord`` values) ->
+``plan_columns`` (a filter of the numeric form recognised from its bytes, any other parsed to
+validate it) -> ``SubscriptionTable.apply`` (a snapshot
 when ``due_for_snapshot``, as the job's shipper then broadcasts a new base and the bridge to it)
 -> ``IndexReplica.sync`` (the worker's side: the deltas, across a new base by the bridge, parsed
 again and applied to the ``MatchIndex``)
@@ -28,7 +30,7 @@ alternating), and both compared with ``BruteForceIndex`` on a sample of events.
 
 **Cold start** (``--cold N``, e.g. 1,000,000; off by default): N W1 subscribe records encoded
 with the subscriptions topic's schema (``schemas.codec``), then timed: decoding the record bytes,
-``plan_changes``, ``SubscriptionTable.apply``, a replica's first ``sync`` (the rebuild), its
+``plan_columns``, ``SubscriptionTable.apply``, a replica's first ``sync`` (the rebuild), its
 ``flush`` and the first match of one event (the numba kernels compiled before); then, on a
 tenth as many records, the memory the table and the replica hold once built (``tracemalloc``'s
 traced memory: Python objects and numpy arrays). Reading the records from Kafka is not included.
@@ -71,7 +73,14 @@ from producers.workloads import GryphonWorkload
 from routing.matching.collector import collector_paused
 from routing.matching.digest import texts_digest
 from routing.matching.index import BruteForceIndex, EventBatch, MatchIndex
-from routing.matching.table import Delta, IndexReplica, SubscriptionRecord, SubscriptionTable, plan_changes
+from routing.matching.table import (
+    Delta,
+    IndexReplica,
+    RecordColumns,
+    SubscriptionRecord,
+    SubscriptionTable,
+    plan_columns,
+)
 
 DOMAIN = 10**6
 
@@ -101,6 +110,16 @@ def unsubscribe(sid: str) -> SubscriptionRecord:
     return SubscriptionRecord(key=sid, op="unsubscribe", subscription_id=sid)
 
 
+def columns(records: list[SubscriptionRecord]) -> RecordColumns:
+    """The records as the columns that ``plan_columns`` takes (the job's ``SubscriptionRows.columns``).
+
+    >>> columns([subscribe("a", "x = 1"), unsubscribe("b")]).op
+    ['subscribe', 'unsubscribe']
+    """
+    fields = RecordColumns._fields
+    return RecordColumns(*([getattr(r, f) for r in records] for f in fields))
+
+
 class Job:
     """The matching job's subscription path in one process: the driver's table and shipper, a
     worker's replica (``streaming.matching_job`` and ``streaming.arrow_matching``, without Spark)."""
@@ -114,9 +133,9 @@ class Job:
         self.driver_s = self.worker_s = self.flush_s = 0.0
         self.snapshots = 0
 
-    def batch(self, records: list[SubscriptionRecord]) -> None:
+    def batch(self, records: RecordColumns) -> None:
         t0 = time.process_time()
-        changes = [o.change for o in plan_changes(records) if o.change is not None]
+        changes = plan_columns(records)[0]
         self.table.apply(changes)
         if self.table.due_for_snapshot():
             self.table.snapshot()
@@ -177,7 +196,7 @@ def bench_churn(
     job = Job()
     live = {f"s{i}": text for i, text in enumerate(texts[:live_n])}
     t = time.process_time()
-    job.batch([subscribe(sid, text) for sid, text in live.items()])
+    job.batch(columns([subscribe(sid, text) for sid, text in live.items()]))
     load_s = time.process_time() - t
     records = churn_records(live, texts[live_n:], ops, seed=5)
     job.driver_s = job.worker_s = job.flush_s = 0.0
@@ -185,13 +204,13 @@ def bench_churn(
     rebuilds = job.replica.rebuilds
     probe = w1_events(64, 10) if events is not None else None
     for k in range(0, ops, batch):
-        job.batch(as_records(records[k : k + batch]))
+        job.batch(columns(as_records(records[k : k + batch])))
         if probe is not None:
             job.replica.index.match(probe)
     total = job.driver_s + job.worker_s + job.flush_s
     print(
         f"   {name}: {live_n:,} live (loaded in {load_s:.1f} s of CPU), {ops:,} operations in batches of {batch:,}: "
-        f"{ops / total:,.0f} operations/s on one core (driver {ops / job.driver_s:,.0f}/s: plan_changes + table; "
+        f"{ops / total:,.0f} operations/s on one core (driver {ops / job.driver_s:,.0f}/s: plan_columns + table; "
         f"worker {ops / (job.worker_s + job.flush_s):,.0f}/s: sync {job.worker_s:.2f} s + flush {job.flush_s:.2f} s); "
         f"{job.snapshots} new bases, {job.replica.rebuilds - rebuilds} loaded by the replica, "
         f"{job.replica.bridges} crossed by a bridge"
@@ -240,13 +259,13 @@ def cold_start(n: int, measure_memory: bool) -> dict[str, float]:
     with collector_paused():
         values = [decode(b, "Subscription")[1] for b in raw]
         t1 = time.process_time()
-        outcomes = plan_changes([subscribe(v["subscription_id"], v["filter"]) for v in values])
+        changes = plan_columns(columns([subscribe(v["subscription_id"], v["filter"]) for v in values]))[0]
         del values
         t2 = time.process_time()
         table = SubscriptionTable()
-        table.apply(o.change for o in outcomes if o.change is not None)
+        table.apply(changes)
         table.snapshot()
-        del outcomes
+        del changes
     t3 = time.process_time()
     m1 = tracemalloc.get_traced_memory()[0] if measure_memory else 0
     replica = IndexReplica(freeze_first_build=not measure_memory)
@@ -322,7 +341,7 @@ def bench_cold(n: int) -> None:
     m = cold_start(max(1, n // 10), measure_memory=True)
     print(
         f"   cold start, {n:,} W1 subscribe records ({c['record_bytes']:.0f} bytes each), CPU seconds: decode "
-        f"{c['decode']:.1f}, plan_changes {c['plan']:.1f}, table {c['table']:.1f}; replica sync {c['sync']:.1f}, "
+        f"{c['decode']:.1f}, plan_columns {c['plan']:.1f}, table {c['table']:.1f}; replica sync {c['sync']:.1f}, "
         f"flush {c['flush']:.1f}, first match {c['match']:.3f} ({c['ids']:,.0f} ids): "
         f"{sum(c[k] for k in ('decode', 'plan', 'table', 'sync', 'flush', 'match')):.1f} s in all (driver "
         f"{c['decode'] + c['plan'] + c['table']:.1f}, worker {c['sync'] + c['flush'] + c['match']:.1f}); memory "
@@ -398,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [k for k in args.workloads.split(",") if k]
     print(
         f"== subscription churn from text through the matching job's path, one process, CPU time; load average "
-        f"{os.getloadavg()[0]:.1f}; garbage collector as the job runs it (paused in plan_changes, apply, sync, flush)"
+        f"{os.getloadavg()[0]:.1f}; garbage collector as the job runs it (paused in plan_columns, apply, sync, flush)"
     )
     need = args.live + args.ops // 2 + 1
     if "w1" in kinds:

@@ -199,10 +199,12 @@ def plan_columns(columns: RecordColumns) -> tuple[list[Change], list[tuple[int, 
     changes in record order, each rejected record's index with its ``(error_code, reason)``, and
     the number of composites skipped.
 
-    The plain records (no tombstone or decoder verdict, not an ``unsubscribe``, with an id and a
-    filter of the numeric form, ``numeric_form.read_numeric_form``: valid without parsing) make
-    their ``(id, filter)`` change with no object per record, so a cold start's whole topic is
-    planned in C loops; every other record goes through ``plan_change``. The answer is
+    The plain records make their change with no object per record, so a cold start's whole topic,
+    or a micro-batch of churn, is planned in C loops: a subscribe (no tombstone or decoder
+    verdict, not an ``unsubscribe``) with an id and a filter of the numeric form
+    (``numeric_form.read_numeric_form``: valid without parsing) makes ``(id, filter)``, an
+    ``unsubscribe`` with an id (and no verdict) ``(id, None)``, a tombstone with a key
+    ``(key, None)``. Every other record goes through ``plan_change``. The answer is
     ``plan_changes``' on the same records, gathered.
 
     Examples
@@ -216,19 +218,23 @@ def plan_columns(columns: RecordColumns) -> tuple[list[Change], list[tuple[int, 
     """
     with collector_paused():
         n = len(columns.key)
-        sids, filters = columns.subscription_id, columns.filter
-        plain = ~np.array(columns.tombstone, dtype=np.bool_)
-        plain &= np.equal(np.array(columns.error_code, dtype=object), None)
-        plain &= np.not_equal(np.array(columns.op, dtype=object), "unsubscribe")
-        plain &= np.not_equal(np.array(sids, dtype=object), None)
-        plain &= np.not_equal(np.array(filters, dtype=object), None)
-        texts = filters if plain.all() else [f if ok else "" for f, ok in zip(filters, plain.tolist(), strict=True)]
-        plain &= read_numeric_form(texts)[0] >= 0  # type: ignore[arg-type]
+        tombstone = np.array(columns.tombstone, dtype=np.bool_)
+        keys = np.array(columns.key, dtype=object)
+        sids = np.array(columns.subscription_id, dtype=object)
+        filters = np.array(columns.filter, dtype=object)
+        record = ~tombstone & np.equal(np.array(columns.error_code, dtype=object), None) & np.not_equal(sids, None)
+        dropped = record & np.equal(np.array(columns.op, dtype=object), "unsubscribe")
+        subscribed = record & ~dropped & np.not_equal(filters, None)
+        texts = columns.filter if subscribed.all() else np.where(subscribed, filters, "").tolist()
+        subscribed &= read_numeric_form(texts)[0] >= 0  # type: ignore[arg-type]
+        plain = subscribed | dropped | (tombstone & np.not_equal(keys, None))
+        ids = np.where(tombstone, keys, sids).tolist()  # each plain record's change
+        texts = np.where(subscribed, filters, None).tolist()
         changes: list[Change] = []
         rejections: list[tuple[int, tuple[str, str]]] = []
         skipped, at = 0, 0
         for i in np.flatnonzero(~plain).tolist():  # the other records, one by one, in order
-            changes.extend(zip(sids[at:i], filters[at:i], strict=True))  # type: ignore[arg-type]
+            changes.extend(zip(ids[at:i], texts[at:i], strict=True))
             outcome = _plan(columns.record(i), False)
             if outcome.change is not None:
                 changes.append(outcome.change)
@@ -236,7 +242,7 @@ def plan_columns(columns: RecordColumns) -> tuple[list[Change], list[tuple[int, 
                 rejections.append((i, outcome.rejection))
             skipped += outcome.skipped
             at = i + 1
-        changes.extend(zip(sids[at:n], filters[at:n], strict=True))  # type: ignore[arg-type]
+        changes.extend(zip(ids[at:n], texts[at:n], strict=True))
         return changes, rejections, skipped
 
 
