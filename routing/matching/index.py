@@ -629,7 +629,19 @@ class MatchIndex:
         """The fid of each text of the numeric form (``numeric_form``), its records made from the
         bytes (``_compile_numeric``) and its key computed without a tuple (``record_keys``). The
         index is the same as through ``_compile_simple`` text by text once the attributes are
-        known (tests/unit/matching/test_index_churn.py)."""
+        known (tests/unit/matching/test_index_churn.py). Each distinct text is compiled once, in
+        the order of its first use (which keeps the order in which new attributes and cuts come),
+        so the compile reads exactly the batch's new texts when ``apply`` has read them."""
+        position: dict[str, int] = {}
+        at = np.fromiter(map(position.setdefault, texts, count()), dtype=np.int64, count=len(texts))
+        if len(position) == len(texts):
+            return self._fids_numeric_distinct(texts)
+        firsts = np.fromiter(position.values(), dtype=np.int64, count=len(position))  # ascending
+        fids = self._fids_numeric_distinct(list(position))
+        return fids[np.searchsorted(firsts, at)]
+
+    def _fids_numeric_distinct(self, texts: list[str]) -> npt.NDArray[np.int64]:
+        """``_fids_numeric`` of distinct texts."""
         offs, codes, x, y = self._compile_numeric(texts)
         keys = record_keys(offs, codes, x, y)
         lead_of: dict[int, int] = {}
