@@ -291,7 +291,7 @@ def _report(r: Mapping[str, Any], n: int) -> None:
     if p:
         print(
             f"     batches up to the first match: {p['batches']}; restore {p['restore_ms'] / 1e3:.1f} s, Kafka read + "
-            f"JVM decode + collect {p['read_ms'] / 1e3:.1f} s, plan_changes + table {p['plan_ms'] / 1e3:.1f} s, "
+            f"JVM decode + collect {p['read_ms'] / 1e3:.1f} s, plan + table {p['plan_ms'] / 1e3:.1f} s, "
             f"checkpoint write {p['store_ms'] / 1e3:.1f} s, ship (broadcasts, first snapshot's digest) "
             f"{p['ship_ms'] / 1e3:.1f} s, slowest worker's sync + first flush "
             f"{p['worker_ready_ms'] / 1e3:.1f} s, write {p['write_ms'] / 1e3:.1f} s; batches' time "

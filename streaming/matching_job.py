@@ -450,7 +450,8 @@ class MatchingBatch:
         store_started = time.monotonic()
         stats.plan_ms = (store_started - read_started) * 1000 - stats.read_ms
         self.offsets = {**self.offsets, **subs_end}
-        if self.table.due_for_snapshot() or batch_id - self.last_snapshot >= self.cfg.snapshot_every:
+        whole = head is not None  # a head start's changes are in no delta: its batch saves the whole table
+        if whole or self.table.due_for_snapshot() or batch_id - self.last_snapshot >= self.cfg.snapshot_every:
             if self.table.due_for_snapshot():
                 self.table.snapshot()
             self.store.save_snapshot(batch_id, self.table.filters, self.table.version, self.offsets)

@@ -29,6 +29,7 @@ from schemas.rules import classify
 from streaming.head_start import HeadStart, fresh
 from streaming.matching_job import MatchingConfig, run
 from streaming.readers import partition_ends, read_topic, watermarks
+from streaming.subscription_store import TableStore
 
 pytestmark = pytest.mark.kafka
 
@@ -234,6 +235,8 @@ def test_a_fresh_start_takes_its_head_start_and_reads_the_records_after_its_cut(
     letters = [d for d in dead_letters(kafka_conn, topic_prefix) if d["source_topic"] == topic]
     assert Counter(d["error_code"] for d in letters) == bad_subs
     assert {d["key"] for d in letters if d["error_code"] == "invalid_filter"} == {b"bad1", b"bad2", b"s0", b"bad5"}
+    restored = TableStore(cfg.table_folder).load(history[-1].batch_id)  # what a restart starts from
+    assert restored is not None and dict(restored[0].filters) == model
 
 
 def test_a_head_start_past_the_first_batch_is_not_used(
