@@ -110,16 +110,6 @@ def unsubscribe(sid: str) -> SubscriptionRecord:
     return SubscriptionRecord(key=sid, op="unsubscribe", subscription_id=sid)
 
 
-def columns(records: list[SubscriptionRecord]) -> RecordColumns:
-    """The records as the columns that ``plan_columns`` takes (the job's ``SubscriptionRows.columns``).
-
-    >>> columns([subscribe("a", "x = 1"), unsubscribe("b")]).op
-    ['subscribe', 'unsubscribe']
-    """
-    fields = RecordColumns._fields
-    return RecordColumns(*([getattr(r, f) for r in records] for f in fields))
-
-
 class Job:
     """The matching job's subscription path in one process: the driver's table and shipper, a
     worker's replica (``streaming.matching_job`` and ``streaming.arrow_matching``, without Spark)."""
@@ -196,7 +186,7 @@ def bench_churn(
     job = Job()
     live = {f"s{i}": text for i, text in enumerate(texts[:live_n])}
     t = time.process_time()
-    job.batch(columns([subscribe(sid, text) for sid, text in live.items()]))
+    job.batch(RecordColumns.of([subscribe(sid, text) for sid, text in live.items()]))
     load_s = time.process_time() - t
     records = churn_records(live, texts[live_n:], ops, seed=5)
     job.driver_s = job.worker_s = job.flush_s = 0.0
@@ -204,7 +194,7 @@ def bench_churn(
     rebuilds = job.replica.rebuilds
     probe = w1_events(64, 10) if events is not None else None
     for k in range(0, ops, batch):
-        job.batch(columns(as_records(records[k : k + batch])))
+        job.batch(RecordColumns.of(as_records(records[k : k + batch])))
         if probe is not None:
             job.replica.index.match(probe)
     total = job.driver_s + job.worker_s + job.flush_s
@@ -259,7 +249,7 @@ def cold_start(n: int, measure_memory: bool) -> dict[str, float]:
     with collector_paused():
         values = [decode(b, "Subscription")[1] for b in raw]
         t1 = time.process_time()
-        changes = plan_columns(columns([subscribe(v["subscription_id"], v["filter"]) for v in values]))[0]
+        changes = plan_columns(RecordColumns.of([subscribe(v["subscription_id"], v["filter"]) for v in values]))[0]
         del values
         t2 = time.process_time()
         table = SubscriptionTable()

@@ -189,6 +189,15 @@ class RecordColumns(NamedTuple):
     filter: list[str | None]
     composite: list[str | None]
 
+    @classmethod
+    def of(cls, records: Sequence[SubscriptionRecord]) -> RecordColumns:
+        """``records`` as columns (``subscriber_id`` left out).
+
+        >>> RecordColumns.of([SubscriptionRecord("a", op="subscribe"), SubscriptionRecord("b", True)]).tombstone
+        [False, True]
+        """
+        return cls(*([getattr(r, name) for r in records] for name in cls._fields))
+
     def record(self, i: int) -> SubscriptionRecord:
         """Record ``i`` as ``plan_change`` takes it."""
         return SubscriptionRecord(*(column[i] for column in self))
@@ -228,13 +237,13 @@ def plan_columns(columns: RecordColumns) -> tuple[list[Change], list[tuple[int, 
         texts = columns.filter if subscribed.all() else np.where(subscribed, filters, "").tolist()
         subscribed &= read_numeric_form(texts)[0] >= 0  # type: ignore[arg-type]
         plain = subscribed | dropped | (tombstone & np.not_equal(keys, None))
-        ids = np.where(tombstone, keys, sids).tolist()  # each plain record's change
-        texts = np.where(subscribed, filters, None).tolist()
+        ids = np.where(tombstone, keys, sids).tolist()  # each plain record's change: (ids[i], kept[i])
+        kept = np.where(subscribed, filters, None).tolist()
         changes: list[Change] = []
         rejections: list[tuple[int, tuple[str, str]]] = []
         skipped, at = 0, 0
         for i in np.flatnonzero(~plain).tolist():  # the other records, one by one, in order
-            changes.extend(zip(ids[at:i], texts[at:i], strict=True))
+            changes.extend(zip(ids[at:i], kept[at:i], strict=True))
             outcome = _plan(columns.record(i), False)
             if outcome.change is not None:
                 changes.append(outcome.change)
@@ -242,7 +251,7 @@ def plan_columns(columns: RecordColumns) -> tuple[list[Change], list[tuple[int, 
                 rejections.append((i, outcome.rejection))
             skipped += outcome.skipped
             at = i + 1
-        changes.extend(zip(ids[at:n], texts[at:n], strict=True))
+        changes.extend(zip(ids[at:n], kept[at:n], strict=True))
         return changes, rejections, skipped
 
 

@@ -106,10 +106,6 @@ def _gathered(records: list[SubscriptionRecord]) -> tuple[list[object], list[obj
     return changes, rejections, sum(o.skipped for o in outcomes)
 
 
-def _columns(records: list[SubscriptionRecord]) -> RecordColumns:
-    return RecordColumns(*([getattr(r, f) for r in records] for f in RecordColumns._fields))
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(range(len(_KINDS))), st.integers(0, 30)), max_size=40))
 def test_plan_columns_gathers_what_plan_change_decides_one_by_one(picks: list[tuple[int, int]]) -> None:
@@ -121,12 +117,12 @@ def test_plan_columns_gathers_what_plan_change_decides_one_by_one(picks: list[tu
         r = _KINDS[kind]
         sid = None if r.subscription_id is None else f"{r.subscription_id}-{n}"
         records.append(r._replace(subscription_id=sid))
-    assert plan_columns(_columns(records)) == _gathered(records)
+    assert plan_columns(RecordColumns.of(records)) == _gathered(records)
 
 
 def test_plan_columns_of_only_plain_subscribes_keeps_their_order() -> None:
     records = [_sub(subscription_id=f"s{i}", filter=f"a between {i} and {i + 9}") for i in range(1000)]
-    changes, rejections, skipped = plan_columns(_columns(records))
+    changes, rejections, skipped = plan_columns(RecordColumns.of(records))
     assert changes == [(f"s{i}", f"a between {i} and {i + 9}") for i in range(1000)]
     assert (rejections, skipped) == ([], 0)
 
