@@ -27,7 +27,9 @@ before ``B`` runs. ``foreachBatch`` then:
    when the changes since the last one reach ``max(1024, a quarter of the table)``, so 100k
    subscriptions are not re-broadcast per batch.
 3. **Matching, on executors, vectorized.** The streaming plan hands the events topic's Kafka rows
-   (key, value and coordinates) to one ``mapInArrow``; its Python workers decode each Arrow batch
+   (key, value and coordinates) to one ``mapInArrow`` (a batch with many subscription records,
+   such as a cold start's first, reads its events by offset range instead:
+   ``MatchingConfig.events_by_range_from``); its Python workers decode each Arrow batch
    of values (``schemas.event_records``: the columnar fast path of ``schemas.columnar`` for
    every value it is sure of, the reference decoder and rules of ``schemas`` for the others, so
    bad events get the validation job's verdict and reason), call ``index.match`` once per Arrow
@@ -150,6 +152,12 @@ class MatchingConfig:
     deliver : bool
         Also deliver matched events through the channel topics (``streaming.delivery``;
         docs/reference/delivery.md).
+    events_by_range_from : int
+        A micro-batch whose subscriptions range holds about this many records or more reads its
+        events by offset range (``MatchingBatch._events_by_range``) instead of from Spark's own
+        batch, which would read every one of those subscription records in the JVM only to drop
+        them (about 4 us each on a warm JVM) where a range read costs about 70 ms more to plan
+        (docs/decisions/events-read-by-range.md).
     """
 
     conn: KafkaConnection
@@ -162,6 +170,7 @@ class MatchingConfig:
     snapshot_every: int = 100
     stats_file: Path | None = None
     deliver: bool = True
+    events_by_range_from: int = 20_000
 
     def __post_init__(self) -> None:
         from streaming.arrow_matching import INDEX_KINDS
@@ -244,6 +253,7 @@ class BatchStats:
     workers (``streaming.arrow_matching.ShipState.counters``). ``subscription_records`` counts
     the records of the batch's range, ``head_start_records`` those of them a ``HeadStart`` read
     and planned before the batch (its ``read_ms`` and ``plan_ms`` are of the rest).
+    ``events_by_range``: the batch read its events by offset range (``MatchingConfig.events_by_range_from``).
     """
 
     batch_id: int
@@ -274,6 +284,7 @@ class BatchStats:
     write_ms: float = 0.0
     duration_ms: float = 0.0
     started_at_ms: int = 0
+    events_by_range: bool = False
 
 
 class _Sums:
@@ -429,9 +440,13 @@ class MatchingBatch:
         warming: threading.Thread | None = None
         subs_end = end.get(self.cfg.subscriptions_topic, {})
         head: HeadStartTable | None = None
-        if self.table is None:
+        first = self.table is None
+        if first:
             warming = self._warm_workers(end.get(self.cfg.events_topic, {}))
             self._restore(batch_id)
+        # the subscription records Spark's own batch holds (from the end of the batch before)
+        in_range = sum(max(0, o - self.offsets.get(p, 0)) for p, o in subs_end.items())
+        if first:
             head = self._take_head_start(subs_end)
             stats.restore_ms = (time.monotonic() - started) * 1000
         assert self.table is not None
@@ -486,7 +501,12 @@ class MatchingBatch:
         if warming is not None:
             warming.join(timeout=120)
         body = functools.partial(write_batches, self.cfg.conn, ship, targets)
-        batch.mapInArrow(body, OUTPUT_SCHEMA).write.format("noop").mode("overwrite").save()
+        events_rows: DataFrame | None = batch
+        if in_range >= self.cfg.events_by_range_from:
+            events_rows = self._events_by_range(batch_id, end.get(self.cfg.events_topic, {}))
+            stats.events_by_range = True
+        if events_rows is not None:
+            events_rows.mapInArrow(body, OUTPUT_SCHEMA).write.format("noop").mode("overwrite").save()
         events, rejected_events, matches, deliveries, stats.worker_ready_ms, *steps = counters.value
         stats.worker_decode_ms, stats.worker_match_ms, stats.worker_encode_ms, stats.worker_deliver_ms = steps[:4]
         stats.worker_write_ms = steps[4]
@@ -495,6 +515,19 @@ class MatchingBatch:
         stats.write_ms = (time.monotonic() - write_started) * 1000
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
+
+    def _events_by_range(self, batch_id: int, events_end: Mapping[int, int]) -> DataFrame | None:
+        """The events of micro-batch ``batch_id`` as Kafka rows (``INPUT_COLUMNS``), read by
+        offset range (the end of ``batch_id - 1`` to ``events_end``) rather than from the batch's
+        own rows; None when it holds no event. Spark's batch would read the subscription records
+        of its range too, only to drop them (docs/decisions/events-read-by-range.md)."""
+        from streaming.arrow_matching import INPUT_COLUMNS
+        from streaming.session import kafka_range
+
+        prev = read_offset_log(self.cfg.query_checkpoint, batch_id - 1) if batch_id > 0 else {}
+        start = (prev or {}).get(self.cfg.events_topic, {})
+        frame = kafka_range(self.spark, self.cfg.conn, self.cfg.events_topic, start, events_end)
+        return None if frame is None else frame.select(*INPUT_COLUMNS)
 
     def _warm_workers(self, events_end: Mapping[int, int]) -> threading.Thread | None:
         """Start, in a thread, a Spark job that readies the executors for the run's first batch

@@ -257,6 +257,35 @@ def test_a_head_start_past_the_first_batch_is_not_used(
     assert len(matches) == len(events) and all(len(v) == 1 for v in matches.values())
 
 
+def test_batches_with_many_subscription_records_read_their_events_by_range(
+    spark, kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    subs = base_subscriptions()
+    produce(kafka_conn, topic_prefix, subs, "a", 120, seed=7)
+    cfg = dataclasses.replace(
+        _cfg(kafka_conn, topic_prefix, tmp_path), max_offsets_per_trigger=50, events_by_range_from=1
+    )
+    first = run(spark, cfg, quiet=True)
+    produce(kafka_conn, topic_prefix, [], "b", 60, seed=8)  # events only
+    cfg = dataclasses.replace(cfg, max_offsets_per_trigger=None)
+    second = run(spark, cfg, quiet=True)
+    later = [unsubscribe("s2"), subscribe("late", "price exists")]
+    produce(kafka_conn, topic_prefix, later, "c", 80, seed=9)
+    third = run(spark, cfg, quiet=True)
+    # batches with subscription records read their events by range, the others from Spark's batch
+    batches = first + second + third
+    assert all(b.events_by_range == (b.subscription_records > 0) for b in batches)
+    assert not any(b.events_by_range for b in second) and sum(b.events for b in second) > 0
+    assert third[0].events_by_range and third[0].events > 0  # the restart's range starts at the last batch's end
+    model: dict[str, str] = {}
+    apply_ops(model, subs + later)
+    events = raw_events(kafka_conn, topic_prefix + "siftstream.events.v1")
+    matches = matches_by_event(kafka_conn, topic_prefix)
+    assert len(matches) == len(events) and all(len(v) == 1 for v in matches.values())  # none lost, none twice
+    assert sum(b.events for b in batches) == len(events)
+    check_phase(matches, events, model, "c")
+
+
 def test_a_second_run_sees_the_changed_subscriptions(
     spark, kafka_conn: KafkaConnection, topic_prefix: str, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
