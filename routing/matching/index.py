@@ -203,6 +203,19 @@ def _flatten(
     return offs, r_code, r_x, r_y, np.asarray(lits, dtype=np.float64)
 
 
+def _sorted_distinct(values: list[int]) -> npt.NDArray[np.int64]:
+    """``np.unique`` of ``values``, skipping its sort when they are already strictly increasing
+    (a bulk build's new fids are).
+
+    >>> _sorted_distinct([3, 1, 3]).tolist(), _sorted_distinct([1, 2, 5]).tolist()
+    ([1, 3], [1, 2, 5])
+    """
+    a = np.asarray(values, dtype=np.int64)
+    if len(a) < 2 or bool((a[1:] > a[:-1]).all()):
+        return a
+    return np.unique(a)
+
+
 def _take_groups(
     groups: npt.NDArray[np.int64], offs: npt.NDArray[np.int64], *columns: npt.NDArray[Any]
 ) -> tuple[npt.NDArray[np.int64], list[npt.NDArray[Any]]]:
@@ -655,7 +668,7 @@ class MatchIndex:
                 and np.array_equal(y[offs[i] : offs[i + 1]], y[offs[j] : offs[j + 1]])
             ):
                 lead[i] = i
-        leads = np.unique(lead)
+        leads = np.flatnonzero(lead == np.arange(len(lead)))  # each group's lead leads itself
         if len(leads) < len(keys):
             offs, (codes, x, y) = _take_groups(leads, offs, codes, x, y)
             keys = [keys[i] for i in leads.tolist()]
@@ -687,8 +700,9 @@ class MatchIndex:
         counts, start, end, hashes, ops, low, high, buf = read
         if (counts < 0).any():
             raise ValueError("a text is not of the numeric form")
-        _, first, inv = np.unique(hashes, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
+        unique = np.unique(hashes)  # few distinct names: a hash pass and a search, no sort of every name
+        inv = np.searchsorted(unique, hashes)
+        first = K.first_positions(inv, len(unique))
         rep = first[inv]
         if same_spans(buf, start, end, start[rep], end[rep]):
             names = [buf[start[k] : end[k]].tobytes().decode("ascii") for k in first.tolist()]
@@ -1113,8 +1127,8 @@ class MatchIndex:
     def _flush(self) -> None:
         """Apply the bit work of the changes since the last match (``flush_fid_bits``: one pass
         over the words the dropped and the new fids touch, their summary bits refreshed with them)."""
-        clear = np.unique(np.asarray(self._pending_clear, dtype=np.int64))
-        fids = np.unique(np.asarray(self._pending_set, dtype=np.int64))
+        clear = _sorted_distinct(self._pending_clear)
+        fids = _sorted_distinct(self._pending_set)
         self._pending_clear, self._pending_set = [], []
         fids = fids[self._meta[fids, K.M_MCOUNT] > 0]
         current = self._summary.shape == (self._rows.shape[0], (self._rows.shape[1] + 63) // 64)

@@ -80,6 +80,7 @@ __all__ = [
     "copy_slots",
     "event_offsets",
     "event_rows",
+    "first_positions",
     "flush_fid_bits",
     "group_hits",
     "list_members",
@@ -1207,6 +1208,27 @@ def set_fid_bits_plain(
                         inexact = True
         if inexact:
             meta[f, M_FLAGS] |= INEXACT
+
+
+@njit(cache=True)
+def first_positions(codes, n):  # type: ignore[no-untyped-def]
+    """The position in ``codes`` of the first occurrence of each value ``k < n`` (-1 where ``k``
+    does not occur); the scan stops once every value was met. With ``codes`` the inverse of a
+    sorted unique, this is ``np.unique(..., return_index=True)``'s index without a sort.
+
+    >>> first_positions(np.array([2, 0, 2, 0, 1]), 4).tolist()
+    [1, 4, 0, -1]
+    """
+    out = np.full(n, -1, dtype=np.int64)
+    left = n
+    for i in range(codes.shape[0]):
+        k = codes[i]
+        if out[k] < 0:
+            out[k] = i
+            left -= 1
+            if left == 0:
+                break
+    return out
 
 
 @njit(cache=True)
