@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from itertools import compress, islice
 from operator import itemgetter, ne
 from types import MappingProxyType
-from typing import NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
@@ -200,7 +200,7 @@ class RecordColumns(NamedTuple):
 
     def record(self, i: int) -> SubscriptionRecord:
         """Record ``i`` as ``plan_change`` takes it."""
-        return SubscriptionRecord(*(column[i] for column in self))
+        return SubscriptionRecord._make(column[i] for column in self)
 
 
 def plan_columns(columns: RecordColumns) -> tuple[list[Change], list[tuple[int, tuple[str, str]]], int]:
@@ -225,20 +225,21 @@ def plan_columns(columns: RecordColumns) -> tuple[list[Change], list[tuple[int, 
     >>> changes, rejections[0][0], rejections[0][1][0], skipped
     ([('a', 'x < 1'), ('c', None)], 1, 'invalid_filter', 0)
     """
+    none: Any = None  # numpy's stubs take no None operand; the object comparisons do
     with collector_paused():
         n = len(columns.key)
         tombstone = np.array(columns.tombstone, dtype=np.bool_)
         keys = np.array(columns.key, dtype=object)
         sids = np.array(columns.subscription_id, dtype=object)
         filters = np.array(columns.filter, dtype=object)
-        record = ~tombstone & np.equal(np.array(columns.error_code, dtype=object), None) & np.not_equal(sids, None)
+        record = ~tombstone & np.equal(np.array(columns.error_code, dtype=object), none) & np.not_equal(sids, none)
         dropped = record & np.equal(np.array(columns.op, dtype=object), "unsubscribe")
-        subscribed = record & ~dropped & np.not_equal(filters, None)
+        subscribed = record & ~dropped & np.not_equal(filters, none)
         texts = columns.filter if subscribed.all() else np.where(subscribed, filters, "").tolist()
         subscribed &= read_numeric_form(texts)[0] >= 0  # type: ignore[arg-type]
-        plain = subscribed | dropped | (tombstone & np.not_equal(keys, None))
+        plain = subscribed | dropped | (tombstone & np.not_equal(keys, none))
         ids = np.where(tombstone, keys, sids).tolist()  # each plain record's change: (ids[i], kept[i])
-        kept = np.where(subscribed, filters, None).tolist()
+        kept = np.where(subscribed, filters, none).tolist()
         changes: list[Change] = []
         rejections: list[tuple[int, tuple[str, str]]] = []
         skipped, at = 0, 0
