@@ -200,7 +200,8 @@ class RecordColumns(NamedTuple):
 
     def record(self, i: int) -> SubscriptionRecord:
         """Record ``i`` as ``plan_change`` takes it."""
-        return SubscriptionRecord._make(column[i] for column in self)
+        values: list[Any] = [column[i] for column in self]  # the record's leading fields, in order
+        return SubscriptionRecord(*values)
 
 
 def plan_columns(columns: RecordColumns) -> tuple[list[Change], list[tuple[int, tuple[str, str]]], int]:
