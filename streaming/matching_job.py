@@ -503,8 +503,12 @@ class MatchingBatch:
         body = functools.partial(write_batches, self.cfg.conn, ship, targets)
         events_rows: DataFrame | None = batch
         if in_range >= self.cfg.events_by_range_from:
-            events_rows = self._events_by_range(batch_id, end.get(self.cfg.events_topic, {}))
-            stats.events_by_range = True
+            prev = read_offset_log(self.cfg.query_checkpoint, batch_id - 1) if batch_id > 0 else {}
+            if prev is not None:  # Spark keeps the entry of the batch before (minBatchesToRetain)
+                events_rows = self._events_by_range(
+                    prev.get(self.cfg.events_topic, {}), end.get(self.cfg.events_topic, {})
+                )
+                stats.events_by_range = True
         if events_rows is not None:
             events_rows.mapInArrow(body, OUTPUT_SCHEMA).write.format("noop").mode("overwrite").save()
         events, rejected_events, matches, deliveries, stats.worker_ready_ms, *steps = counters.value
@@ -516,17 +520,16 @@ class MatchingBatch:
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
 
-    def _events_by_range(self, batch_id: int, events_end: Mapping[int, int]) -> DataFrame | None:
-        """The events of micro-batch ``batch_id`` as Kafka rows (``INPUT_COLUMNS``), read by
-        offset range (the end of ``batch_id - 1`` to ``events_end``) rather than from the batch's
-        own rows; None when it holds no event. Spark's batch would read the subscription records
-        of its range too, only to drop them (docs/decisions/events-read-by-range.md)."""
+    def _events_by_range(self, start: Mapping[int, int], end: Mapping[int, int]) -> DataFrame | None:
+        """The events of a micro-batch as Kafka rows (``INPUT_COLUMNS``), read by offset range
+        (``start``: the batch before's end offsets of the events topic, ``end``: this batch's)
+        rather than from the batch's own rows; None when it holds no event. Spark's batch would
+        read the subscription records of its range too, only to drop them
+        (docs/decisions/events-read-by-range.md)."""
         from streaming.arrow_matching import INPUT_COLUMNS
         from streaming.session import kafka_range
 
-        prev = read_offset_log(self.cfg.query_checkpoint, batch_id - 1) if batch_id > 0 else {}
-        start = (prev or {}).get(self.cfg.events_topic, {})
-        frame = kafka_range(self.spark, self.cfg.conn, self.cfg.events_topic, start, events_end)
+        frame = kafka_range(self.spark, self.cfg.conn, self.cfg.events_topic, start, end)
         return None if frame is None else frame.select(*INPUT_COLUMNS)
 
     def _warm_workers(self, events_end: Mapping[int, int]) -> threading.Thread | None:
