@@ -409,7 +409,7 @@ class MatchingBatch:
         table = SubscriptionTable()
         rows = self._read_subscriptions({}, prev_subs)
         table.apply(PlannedRecords.of(rows).changes)
-        table.snapshot()
+        table.snapshot(bridge=False)  # every worker of this run is new to it
         self.table, self.offsets = table, dict(prev_subs)
         self.store.save_snapshot(batch_id - 1, table.filters, table.version, self.offsets)
         self.last_snapshot = batch_id - 1

@@ -343,12 +343,23 @@ class SubscriptionTable:
         n = len(self._deltas)
         return n >= self._rebase_min and n >= self._rebase_fraction * len(self._filters)
 
-    def snapshot(self) -> None:
+    def snapshot(self, bridge: bool = True) -> None:
         """Make the current state the base: its deltas become the ``bridge`` to it, and the bridge
-        before them is forgotten. A snapshot with no change since the base changes nothing."""
+        before them is forgotten. A snapshot with no change since the base changes nothing.
+
+        ``bridge=False`` keeps no bridge (``bridge()`` is then ``(base_version, ())``, which no
+        reader behind the base can take): for a table that no reader has followed since its last
+        base, such as a cold start's table of the whole topic, whose deltas would otherwise stay
+        held until the next snapshot.
+
+        >>> table = SubscriptionTable()
+        >>> table.apply([("a", "x = 1"), ("b", "y = 2")]); table.snapshot(bridge=False)
+        >>> table.base_version, table.bridge(), table.deltas()
+        (2, (2, ()), ())
+        """
         if not self._deltas:
             return
-        self._bridge = (self._base_version, tuple(self._deltas))
+        self._bridge = (self._base_version, tuple(self._deltas)) if bridge else (self._version, ())
         self._deltas = []
         self._base_version = self._version
 
