@@ -203,19 +203,6 @@ def _flatten(
     return offs, r_code, r_x, r_y, np.asarray(lits, dtype=np.float64)
 
 
-def _sorted_distinct(values: list[int]) -> npt.NDArray[np.int64]:
-    """``np.unique`` of ``values``, skipping its sort when they are already strictly increasing
-    (a bulk build's new fids are).
-
-    >>> _sorted_distinct([3, 1, 3]).tolist(), _sorted_distinct([1, 2, 5]).tolist()
-    ([1, 3], [1, 2, 5])
-    """
-    a = np.asarray(values, dtype=np.int64)
-    if len(a) < 2 or bool((a[1:] > a[:-1]).all()):
-        return a
-    return np.unique(a)
-
-
 def _take_groups(
     groups: npt.NDArray[np.int64], offs: npt.NDArray[np.int64], *columns: npt.NDArray[Any]
 ) -> tuple[npt.NDArray[np.int64], list[npt.NDArray[Any]]]:
@@ -1127,8 +1114,8 @@ class MatchIndex:
     def _flush(self) -> None:
         """Apply the bit work of the changes since the last match (``flush_fid_bits``: one pass
         over the words the dropped and the new fids touch, their summary bits refreshed with them)."""
-        clear = _sorted_distinct(self._pending_clear)
-        fids = _sorted_distinct(self._pending_set)
+        clear = K.sorted_distinct(np.asarray(self._pending_clear, dtype=np.int64))
+        fids = K.sorted_distinct(np.asarray(self._pending_set, dtype=np.int64))
         self._pending_clear, self._pending_set = [], []
         fids = fids[self._meta[fids, K.M_MCOUNT] > 0]
         current = self._summary.shape == (self._rows.shape[0], (self._rows.shape[1] + 63) // 64)

@@ -94,6 +94,7 @@ __all__ = [
     "set_fid_bits_plain",
     "slot_offsets",
     "sort_segments",
+    "sorted_distinct",
     "store_fids",
     "summarize_rows",
     "unlist_members",
@@ -1229,6 +1230,20 @@ def first_positions(codes, n):  # type: ignore[no-untyped-def]
             if left == 0:
                 break
     return out
+
+
+@njit(cache=True)
+def sorted_distinct(values):  # type: ignore[no-untyped-def]
+    """``np.unique(values)``, without its sort when ``values`` already strictly increase (a bulk
+    build's new fids do): then ``values`` itself.
+
+    >>> sorted_distinct(np.array([3, 1, 3])).tolist(), sorted_distinct(np.array([1, 2, 5])).tolist()
+    ([1, 3], [1, 2, 5])
+    """
+    for i in range(1, values.shape[0]):
+        if values[i] <= values[i - 1]:
+            return np.unique(values)
+    return values
 
 
 @njit(cache=True)
