@@ -44,6 +44,7 @@ import numpy.typing as npt
 
 from routing.matching import kernels as K
 from routing.matching.collector import collector_paused
+from routing.matching.keyed import KeyTable, SubscriptionSlots
 from routing.matching.language import (
     _SIMPLE_FILTER,
     _SIMPLE_PREDICATE,
@@ -61,7 +62,7 @@ from routing.matching.packing import pack_strings, unpack_strings
 
 __all__ = ["COMPILED_FORMAT", "BruteForceIndex", "EventBatch", "MatchIndex", "Matches"]
 
-COMPILED_FORMAT: Final = 1
+COMPILED_FORMAT: Final = 2
 """The version of ``MatchIndex.to_arrays``' layout; ``from_arrays`` refuses any other."""
 
 _MISSING: Final = object()
@@ -72,6 +73,7 @@ _OPS: Final = {
     Op.GE.name: K.O_GE, Op.BETWEEN.name: K.O_BETWEEN, Op.IN.name: K.O_IN, Op.NOT_IN.name: K.O_NOT_IN,
 }  # fmt: skip
 _SYMBOL_OPS: Final = {"=": K.O_EQ, "!=": K.O_NE, "<": K.O_LT, "<=": K.O_LE, ">": K.O_GT, ">=": K.O_GE}
+_MAX_ATTRIBUTES: Final = 1 << 23  # a predicate's code (attribute << 8 | kind << 4 | op) is an int32
 _DOUBLE_INTS: Final = 2**53  # integers up to this magnitude are exact doubles
 _NUMBER: Final = Kind.NUMBER
 
@@ -273,13 +275,11 @@ class MatchIndex:
             raise ValueError("max_cuts and max_strings must be >= 0")
         self._max_cuts = max_cuts
         # subscriptions (slots)
-        self._slot_of: dict[str, int] = {}
-        self._names: list[str | None] = []
-        self._free_slots: list[int] = []
+        self._subs = SubscriptionSlots()
         self._sub_fid = np.zeros(64, dtype=np.int32)
         self._sub_pos = np.zeros(64, dtype=np.int32)  # where the slot sits in ``_members``
         # distinct filters (fids): the M_* columns of ``_meta``, and their subscriptions
-        self._fid_of_key: dict[int, int] = {}
+        self._fid_keys = KeyTable()  # the keyed fids by their ``_f_key``
         self._free_fids: list[int] = []
         self._n_fids = 0
         self._meta = np.zeros((64, 6), dtype=np.int32)
@@ -309,7 +309,7 @@ class MatchIndex:
         self._hit_fid = np.zeros(1024, dtype=np.int32)
         self._slow_pairs = np.zeros((64, 2), dtype=np.int64)
         # compiled predicates (``routing.matching.kernels.verify``) and list literals
-        self._p_code = np.zeros(256, dtype=np.int64)
+        self._p_code = np.zeros(256, dtype=np.int32)
         self._p_ab = np.zeros((256, 2), dtype=np.float64)
         self._p_used = 0
         self._p_garbage = 0
@@ -422,11 +422,15 @@ class MatchIndex:
         staged = self._parse(changes)
         if not staged:
             return
-        queue, slot_of = self._queue, self._slot_of
+        queue, subs = self._queue, self._subs
         live = self._n_subs
-        for sid, filt in staged:
+        present = subs.find(list(map(_FIRST, staged))).tolist() if len(staged) > 8 else None
+        for i, (sid, filt) in enumerate(staged):
             queued = queue.get(sid, _MISSING)
-            live -= (sid in slot_of) if queued is _MISSING else (queued is not None)
+            if queued is _MISSING:
+                live -= (sid in subs) if present is None else present[i] >= 0
+            else:
+                live -= queued is not None
             live += filt is not None
             queue[sid] = filt
         self._n_subs = live
@@ -438,20 +442,16 @@ class MatchIndex:
             return
         final, self._queue = self._queue, {}
         parsed, self._queue_parsed = self._queue_parsed, {}
-        slot_of = self._slot_of
         ids, filters = list(final), list(final.values())
-        olds = list(map(slot_of.get, ids))  # each id's slot now (None: not there)
-        stays = list(map(is_not, filters, repeat(None)))
-        removed = [s for s, stay in zip(olds, stays, strict=True) if not stay and s is not None]
-        if removed:
-            _consume(map(slot_of.pop, compress(ids, map(not_, stays)), repeat(None)))
-        add_ids = list(compress(ids, stays))
+        olds = self._subs.find(ids)  # each id's slot now (-1: not there)
+        stays = np.fromiter(map(is_not, filters, repeat(None)), dtype=np.bool_, count=len(ids))
+        removed = olds[~stays & (olds >= 0)].tolist()
+        add_ids = list(compress(ids, stays.tolist()))
         if add_ids:
-            fids = self._fids_of(cast(list[Filter | str], list(compress(filters, stays))), parsed)
-            add_old = list(compress(olds, stays))
-            if any(map(is_not, add_old, repeat(None))):
-                old = np.asarray([-1 if s is None else s for s in add_old], dtype=np.int64)
-                had = old >= 0
+            fids = self._fids_of(cast(list[Filter | str], list(compress(filters, stays.tolist()))), parsed)
+            old = olds[stays]
+            had = old >= 0
+            if had.any():
                 same = had & (self._sub_fid[np.maximum(old, 0)] == fids)  # replaced by an identical filter
                 removed.extend(old[had & ~same].tolist())
                 if same.any():
@@ -464,8 +464,7 @@ class MatchIndex:
             emptied = np.empty(len(removed), dtype=np.int64)
             n = K.unlist_members(slots, self._sub_fid, self._sub_pos, self._members, self._meta, emptied)
             emptied = emptied[:n]
-            _consume(map(self._names.__setitem__, removed, repeat(None)))
-            self._free_slots.extend(removed)
+            self._subs.release(slots)
         if add_ids:
             slots = self._assign_slots(add_ids)
             done = 0
@@ -478,23 +477,15 @@ class MatchIndex:
                     self._make_room(2 * int(self._meta[fids[done], K.M_MCAP]) + 1)
         if emptied is not None and len(emptied):
             self._drop_fids(emptied[self._meta[emptied, K.M_MCOUNT] == 0])
-        self._n_subs = len(slot_of)
+        self._n_subs = len(self._subs)
 
     def _assign_slots(self, ids: list[str]) -> npt.NDArray[np.int64]:
-        """Slots for new subscriptions (free ones first), named and mapped from their ids."""
-        free, names = self._free_slots, self._names
-        k = min(len(free), len(ids))
-        reused = free[len(free) - k :][::-1]  # the order single pops would take them in
-        del free[len(free) - k :]
-        _consume(map(names.__setitem__, reused, ids))
-        n = len(names)
-        names.extend(ids[k:])
-        slots = reused + list(range(n, len(names)))
-        self._slot_of.update(zip(ids, slots, strict=True))
-        if len(names) > len(self._sub_fid):
-            self._sub_fid = _grow(self._sub_fid, len(names))
-            self._sub_pos = _grow(self._sub_pos, len(names))
-        return np.asarray(slots, dtype=np.int64)
+        """Slots for new subscriptions (free ones first), named and found by their ids."""
+        slots = self._subs.assign(ids)
+        if len(self._subs.names) > len(self._sub_fid):
+            self._sub_fid = _grow(self._sub_fid, len(self._subs.names))
+            self._sub_pos = _grow(self._sub_pos, len(self._subs.names))
+        return slots
 
     def _make_room(self, size: int) -> None:
         """Room for ``size`` more members at the end of the pool (squeezing out garbage when large)."""
@@ -522,7 +513,7 @@ class MatchIndex:
 
     def __contains__(self, subscription_id: object) -> bool:
         queued = self._queue.get(subscription_id, _MISSING)  # type: ignore[call-overload]
-        return subscription_id in self._slot_of if queued is _MISSING else queued is not None
+        return subscription_id in self._subs if queued is _MISSING else queued is not None
 
     # -- compiling a filter -----------------------------------------------------------------
 
@@ -531,6 +522,8 @@ class MatchIndex:
         if a is not None:
             return a
         a = len(self._attr_names)
+        if a >= _MAX_ATTRIBUTES:
+            raise ValueError(f"an index holds at most {_MAX_ATTRIBUTES:,} attributes")
         self._attr_of[name] = a
         self._attr_names.append(name)
         self._str_codes.append({})
@@ -929,7 +922,7 @@ class MatchIndex:
         (``same_records``), so a hash collision is never a match.
         """
         n = len(keys)
-        cand = np.fromiter(map(self._fid_of_key.get, keys, repeat(-1)), dtype=np.int64, count=n)
+        cand = self._fid_keys.find(self._f_key, np.fromiter(keys, dtype=np.int64, count=n))
         same = np.empty(n, dtype=np.bool_)
         K.same_records(cand, offs, r_code, r_x, r_y, r_lits, self._meta, self._p_code, self._p_ab, self._lit, same)
         if self._slow:  # a slow fid is shared by equal filters only
@@ -997,9 +990,8 @@ class MatchIndex:
         self._p_used = start + m
         self._lit_used += n_lits
         self._f_key[fids] = keys
-        fid_of_key = self._fid_of_key
-        keyed = [fid_of_key.setdefault(key, fid) == fid for key, fid in zip(keys, fid_list, strict=True)]
-        self._f_keyed[fids] = keyed  # on a hash collision the new fid simply is not shared
+        # on a hash collision the new fid simply is not shared
+        self._f_keyed[fids] = self._fid_keys.add(self._f_key, fids) == fids
         for fid, slow in zip(fid_list, slows, strict=True):
             if slow is not None:
                 self._slow[fid] = slow
@@ -1058,9 +1050,7 @@ class MatchIndex:
         """Forget fids that have no subscription left (their bits are cleared at the next flush)."""
         if not len(fids):
             return
-        fid_of_key = self._fid_of_key
-        for key in self._f_key[fids[self._f_keyed[fids]]].tolist():
-            del fid_of_key[key]
+        self._fid_keys.discard(self._f_key, fids[self._f_keyed[fids]])
         if self._slow:
             for fid in fids.tolist():
                 self._slow.pop(fid, None)
@@ -1152,8 +1142,8 @@ class MatchIndex:
             self._packed_stale = False
             if self._packed_shared or len(self._m_start) < self._n_fids + 1:  # a Matches reads the old ones
                 self._m_start = np.empty(self._n_fids + self._n_fids // 8 + 64, dtype=np.int32)
-            if self._packed_shared or len(self._m_packed) < len(self._slot_of):
-                self._m_packed = np.empty(len(self._slot_of) + len(self._slot_of) // 8 + 64, dtype=np.int32)
+            if self._packed_shared or len(self._m_packed) < len(self._subs):
+                self._m_packed = np.empty(len(self._subs) + len(self._subs) // 8 + 64, dtype=np.int32)
             self._packed_shared = False
             K.pack_members(self._n_fids, self._meta, self._members, self._m_start, self._m_packed)
 
@@ -1231,14 +1221,14 @@ class MatchIndex:
             if self._version != version:
                 raise RuntimeError("the index changed since this match: its slots name other subscriptions now")
             if self._ranks is None or self._ranks[0] != version:
-                rank, by_rank = _name_ranks(self._names)
+                rank, by_rank = _name_ranks(self._subs.names)
                 # each packed member's rank, in m_packed's order: read in order by ranked_members
                 packed = rank[self._m_packed[: int(self._m_start[self._n_fids])]].astype(np.int32)
                 self._ranks = (version, (rank, by_rank, packed))
             return self._ranks[1]
 
         self._packed_shared = True
-        return Matches(None, None, self._names, ranker, (fid_offsets, fids, self._m_start, self._m_packed))
+        return Matches(None, None, self._subs.names, ranker, (fid_offsets, fids, self._m_start, self._m_packed))
 
     def _grow_hits(self, slow: bool) -> None:
         """Double the buffer that filled up: the slow pairs, or the (event, fid) hits."""
@@ -1303,8 +1293,8 @@ class MatchIndex:
         """
         self.flush()
         n_attr = len(self._attr_names)
-        names = self._names
-        free = set(self._free_slots)
+        names = self._subs.names
+        free = set(self._subs.free)
         id_blob, id_offsets = pack_strings(["" if s in free else cast(str, name) for s, name in enumerate(names)])
         attr_blob, attr_offsets = pack_strings(self._attr_names)
         str_blob, str_offsets = pack_strings([text for codes in self._str_codes for text in codes])
@@ -1334,7 +1324,7 @@ class MatchIndex:
             "num_cuts": self._num_cuts,
             "num_ncuts": self._num_ncuts,
             "num_rows": self._num_rows,
-            "free_slots": np.asarray(self._free_slots, dtype=np.int64),
+            "free_slots": np.asarray(self._subs.free, dtype=np.int64),
             "free_fids": np.asarray(self._free_fids, dtype=np.int64),
             "ids": id_blob,
             "id_offsets": id_offsets,
@@ -1368,7 +1358,7 @@ class MatchIndex:
         if int(arrays["checksum"][0]) != _checksum({k: v for k, v in arrays.items() if k != "checksum"}):
             raise ValueError("the compiled MatchIndex's checksum does not match its arrays")
         max_cuts, max_strings, n_fids, n_rows, m_used, m_garbage = head[1:7].tolist()
-        p_used, p_garbage, lit_used, version, n_names, n_attr = head[7:].tolist()
+        p_used, p_garbage, lit_used, version, _, n_attr = head[7:].tolist()
         index = cls(max_cuts, max_strings)
 
         def own(name: str) -> npt.NDArray[Any]:
@@ -1382,16 +1372,13 @@ class MatchIndex:
         index._m_used, index._m_garbage, index._p_used, index._p_garbage = m_used, m_garbage, p_used, p_garbage
         index._lit_used, index._version = lit_used, version
         index._packed_stale = True  # the members packed in fid order: remade by the first flush
-        index._free_slots = arrays["free_slots"].tolist()
         index._free_fids = arrays["free_fids"].tolist()
         names: list[str | None] = list(unpack_strings(arrays["ids"], arrays["id_offsets"]))
-        for s in index._free_slots:
+        free_slots = arrays["free_slots"].tolist()
+        for s in free_slots:
             names[s] = None
-        index._names = names
-        slot_of: dict[str | None, int] = dict(zip(names, range(n_names), strict=True))
-        slot_of.pop(None, None)
-        index._slot_of = cast(dict[str, int], slot_of)
-        index._n_subs = len(slot_of)
+        index._subs = SubscriptionSlots.of(names, free_slots)
+        index._n_subs = len(index._subs)
         index._attr_names = unpack_strings(arrays["attributes"], arrays["attribute_offsets"])
         index._attr_of = dict(zip(index._attr_names, range(n_attr), strict=True))
         strings = iter(unpack_strings(arrays["strings"], arrays["string_offsets"]))
@@ -1399,18 +1386,16 @@ class MatchIndex:
         index._str_codes = [dict(zip(islice(strings, c), range(c), strict=True)) for c in counts]
         index._cut_sets = [set(index._num_cuts[a, :c].tolist()) for a, c in enumerate(index._num_ncuts[:n_attr])]
         keyed = np.flatnonzero(index._f_keyed[:n_fids])
-        index._fid_of_key = dict(zip(index._f_key[keyed].tolist(), keyed.tolist(), strict=True))
+        index._fid_keys.add(index._f_key, keyed)
         slow_fids = arrays["slow_fids"].tolist()
         slows = [parse_filter(t) for t in unpack_strings(arrays["slow"], arrays["slow_offsets"])]
         index._slow = dict(zip(slow_fids, slows, strict=True))
         if slows:  # key the filters Python checks again: their keys hash strings
-            fid_of_key = index._fid_of_key
             _, _, keys = index._compile_many(slows)
-            for fid, key in zip(slow_fids, keys, strict=True):
-                if index._f_keyed[fid]:
-                    del fid_of_key[int(index._f_key[fid])]
-                index._f_key[fid] = key
-                index._f_keyed[fid] = fid_of_key.setdefault(key, fid) == fid
+            fids = np.asarray(slow_fids, dtype=np.int64)
+            index._fid_keys.discard(index._f_key, fids[index._f_keyed[fids]])
+            index._f_key[fids] = keys
+            index._f_keyed[fids] = index._fid_keys.add(index._f_key, fids) == fids
         return index
 
     # -- introspection ----------------------------------------------------------------------
@@ -1420,9 +1405,8 @@ class MatchIndex:
         ``sys.getsizeof``), once the queued changes are applied."""
         self._apply_queue()
         arrays = sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
-        python = sys.getsizeof(self._slot_of) + sys.getsizeof(self._names) + sys.getsizeof(self._fid_of_key)
-        python += sum(sys.getsizeof(k) for k in self._slot_of) + 36 * len(self._slot_of) + 36 * len(self._fid_of_key)
-        python += sum(sys.getsizeof(d) for d in self._str_codes) + sys.getsizeof(self._free_slots)
+        python = self._subs.nbytes + self._fid_keys.nbytes + sum(map(sys.getsizeof, filter(None, self._subs.names)))
+        python += sum(sys.getsizeof(d) for d in self._str_codes)
         memo = [d for by_op in self._pred_memo.values() for d in by_op.values()]
         python += sum(sys.getsizeof(d) + sum(sys.getsizeof(r) for r, _, _ in d.values()) for d in memo)
         python += sys.getsizeof(self._text_memo) + sum(sys.getsizeof(t) for t in self._text_memo)
@@ -1434,7 +1418,7 @@ class MatchIndex:
         path, ``dense``, ``sparse`` or ``listed``; see ``routing.matching.kernels.event_rows``)."""
         total = self.memory_bytes()
         return {
-            "subscriptions": len(self._slot_of),
+            "subscriptions": len(self._subs),
             "distinct_filters": self._n_fids - len(self._free_fids),
             "attributes": len(self._attr_names),
             "rows": self._n_rows,

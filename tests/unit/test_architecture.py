@@ -57,7 +57,9 @@ SCANNED = (*PACKAGES, "bench", "tests")
 """Where the purity rules look for pyspark and Kafka clients."""
 
 ROUTING_THIRD_PARTY = frozenset({"numpy", "scipy", "numba"})
-NUMBA_MODULES = frozenset({"routing.matching.kernels", "routing.matching.numeric_form", "routing.channels.kernels"})
+NUMBA_MODULES = frozenset(
+    {"routing.matching.kernels", "routing.matching.keyed", "routing.matching.numeric_form", "routing.channels.kernels"}
+)
 """The only ``routing`` modules that import numba: the compiled inner loops of the matching index
 (pyproject.toml's comment on the numba dependency) and its reader of filter text's bytes, and of
 the channel planner's ``approx``."""
@@ -646,7 +648,7 @@ def test_the_scanner_sees_imports_in_functions_type_checking_relative_and_import
     numba = _fake("routing/stats/fast.py", "import numba\n")
     assert routing_purity_violations([numba]) == [
         "routing/stats/fast.py:1: import numba: numba only in the compiled-kernel modules "
-        "(routing.channels.kernels, routing.matching.kernels, routing.matching.numeric_form)"
+        "(routing.channels.kernels, routing.matching.kernels, routing.matching.keyed, routing.matching.numeric_form)"
     ]
     at_edges = [_fake("schemas/fake.py", _FAKE), _fake("streaming/fake.py", _FAKE)]
     assert placement_violations(at_edges, {"pyspark"}, PYSPARK_HOMES) == [

@@ -271,7 +271,8 @@ def test_texts_of_the_simple_shapes_compile_as_their_filters(
     oracle.apply([(f"t{i}", f) for i, f in enumerate(filters)] + [(f"f{i}", f) for i, f in enumerate(filters)])
     check_same(index, oracle, events or [{}])
     for i in range(len(filters)):  # a text and its filter share one distinct filter
-        assert index._sub_fid[index._slot_of[f"t{i}"]] == index._sub_fid[index._slot_of[f"f{i}"]]
+        slots = index._subs.find([f"t{i}", f"f{i}"])
+        assert index._sub_fid[slots[0]] == index._sub_fid[slots[1]]
 
 
 def test_flush_compacts_the_predicate_store_under_range_churn(monkeypatch: pytest.MonkeyPatch) -> None:
