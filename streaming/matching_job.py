@@ -158,6 +158,10 @@ class MatchingConfig:
         batch, which would read every one of those subscription records in the JVM only to drop
         them (about 4 us each on a warm JVM) where a range read costs about 70 ms more to plan
         (docs/decisions/events-read-by-range.md).
+    pack_from : int
+        After a micro-batch, the driver packs the subscription texts set since it last did
+        (``SubscriptionTable.pack``: about half the bytes of a range filter) once there are this
+        many, and a sixteenth of the table (docs/decisions/subscription-state-memory.md).
     """
 
     conn: KafkaConnection
@@ -171,6 +175,7 @@ class MatchingConfig:
     stats_file: Path | None = None
     deliver: bool = True
     events_by_range_from: int = 20_000
+    pack_from: int = 4096
 
     def __post_init__(self) -> None:
         from streaming.arrow_matching import INDEX_KINDS
@@ -333,7 +338,7 @@ class _Shipper:
             # over (previous base, version]: the new snapshot is at version. A run's first ship has
             # no worker of this run behind it to cross it (a fresh start's would be the whole topic)
             bridge = () if first else bridge + table.deltas()
-            snapshot = dict(table.filters)
+            snapshot = table.texts()
             compiled = first and self._compiled_dir is not None and self._kind == "match"
             if compiled and CompiledIndexFolder(Path(str(self._compiled_dir))).holds_any():  # none when fresh
                 self._base_digest = texts_digest(snapshot)
@@ -517,6 +522,9 @@ class MatchingBatch:
         stats.events, stats.rejected_events = int(events), int(rejected_events)
         stats.matches, stats.deliveries = int(matches), int(deliveries)
         stats.write_ms = (time.monotonic() - write_started) * 1000
+        # after the batch: a fresh start ships its texts as they came. A pack scans the table, so a
+        # large one packs only after a sixteenth of it changed
+        self.table.pack(least=max(self.cfg.pack_from, len(self.table) // 16))
         stats.duration_ms = (time.monotonic() - started) * 1000
         self._report(stats)
 

@@ -121,7 +121,7 @@ class TableStore:
                 return
             except OSError:  # the source was removed, or links are not supported: write it out
                 tmp.unlink(missing_ok=True)
-        doc = {"batch_id": batch_id, "version": version, "offsets": key[1], "filters": dict(filters)}
+        doc = {"batch_id": batch_id, "version": version, "offsets": key[1], "filters": dict(filters.items())}
         self._write(f"snapshot-{batch_id}.json", doc)
         self._last_written = (batch_id, key)
         self._prune()

@@ -49,11 +49,10 @@ invalid_filter filter at position 3: expected a literal (number, 'string', true 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass
-from itertools import compress, islice
+from itertools import compress, islice, repeat
 from operator import itemgetter, ne
-from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
@@ -62,6 +61,7 @@ from routing.matching.collector import collector_paused
 from routing.matching.index import BruteForceIndex, MatchIndex
 from routing.matching.language import FilterError, validate_filter
 from routing.matching.numeric_form import read_numeric_form
+from routing.matching.packing import pack_texts, packable, unpack_text, unpack_texts
 
 __all__ = [
     "Bridge",
@@ -268,10 +268,19 @@ class SubscriptionTable:
         then rebuild from a fresh snapshot instead of replaying a long list of deltas.
     rebase_fraction : float
         See ``rebase_min``.
+
+    Notes
+    -----
+    The texts are kept as they come until ``pack`` packs them (``routing.matching.packing``:
+    about half the bytes for range filters); ``filters`` reads either form as text, and a
+    packed table's ``texts`` unpacks them all at once. The matching job packs after each batch,
+    so a cold start's first batch ships its texts without unpacking them.
     """
 
     def __init__(self, rebase_min: int = 1024, rebase_fraction: float = 0.25) -> None:
-        self._filters: dict[str, str] = {}
+        self._filters: dict[str, str | bytes] = {}
+        self._packed = 0  # the filters held packed (bytes)
+        self._stuck = 0  # those of the others that the last pack could not pack
         self._deltas: list[Delta] = []
         self._version = 0
         self._base_version = 0
@@ -285,15 +294,43 @@ class SubscriptionTable:
     ) -> SubscriptionTable:
         """A table holding ``filters`` at ``version``, with that version as its snapshot."""
         table = cls(rebase_min, rebase_fraction)
-        table._filters = dict(filters)
+        table._filters = dict(filters.items())
         table._version = table._base_version = version
         table._bridge = (version, ())
         return table
 
     @property
     def filters(self) -> Mapping[str, str]:
-        """The active subscriptions (a read-only view)."""
-        return MappingProxyType(self._filters)
+        """The active subscriptions: a read-only view of the table as it is whenever it is read,
+        whose ``items`` and ``values`` unpack the packed texts together."""
+        return _Unpacked(self)
+
+    def texts(self) -> dict[str, str]:
+        """The active subscriptions as a new dict (the packed texts unpacked at once)."""
+        if not self._packed:
+            return cast(dict[str, str], dict(self._filters))
+        return dict(zip(self._filters, unpack_texts(list(self._filters.values())), strict=True))
+
+    def pack(self, limit: int = 1 << 18, least: int = 1) -> int:
+        """Pack up to ``limit`` of the texts held as they came (``routing.matching.packing``),
+        if at least ``least`` of them were set since the last pack; return how many were packed.
+        What ``filters`` and ``texts`` read is the same before and after.
+
+        >>> table = SubscriptionTable()
+        >>> table.apply([("a", "x between 1 and 2"), ("b", "y = 3")])
+        >>> table.pack(least=3), table.pack(), table.filters["a"], len(table.texts()), table.pack()
+        (0, 2, 'x between 1 and 2', 2, 0)
+        """
+        filters = self._filters
+        if len(filters) - self._packed - self._stuck < max(1, least):
+            return 0
+        ids = [sid for sid, text in filters.items() if type(text) is str][:limit]
+        packed = pack_texts([cast(str, filters[sid]) for sid in ids])
+        filters.update(zip(ids, packed, strict=True))
+        done = sum(map(isinstance, packed, repeat(bytes)))
+        self._packed += done
+        self._stuck = len(filters) - self._packed if len(ids) < limit else 0
+        return done
 
     @property
     def version(self) -> int:
@@ -313,22 +350,27 @@ class SubscriptionTable:
         Python's garbage collector is paused meanwhile (each change keeps a new delta tuple;
         docs/decisions/collector-paused.md)."""
         filters, deltas = self._filters, self._deltas
-        version = self._version
+        version, packed, stuck = self._version, self._packed, self._stuck
         with collector_paused():
             try:
                 for sid, filt in changes:
+                    old = filters.get(sid)
                     if filt is None:
-                        if sid not in filters:
+                        if old is None:
                             continue
                         del filters[sid]
                     else:
-                        if filters.get(sid) == filt:
+                        if old == filt or (type(old) is bytes and unpack_text(old) == filt):
                             continue
                         filters[sid] = filt
+                    if type(old) is bytes:
+                        packed -= 1
+                    elif stuck and type(old) is str and not packable(old):
+                        stuck -= 1  # a text the last pack could not pack goes
                     version += 1
                     deltas.append((version, sid, filt))
             finally:
-                self._version = version
+                self._version, self._packed, self._stuck = version, packed, stuck
 
     def deltas(self, after: int | None = None) -> tuple[Delta, ...]:
         """The changes since the snapshot (or since version ``after`` >= ``base_version``)."""
@@ -652,6 +694,38 @@ class IndexReplica:
             return None
         texts = self._compiled.texts(saved, self._lineage)
         return None if texts is None else (texts, changes)
+
+
+class _Unpacked(Mapping[str, str]):
+    """``SubscriptionTable.filters``: a read-only view of ``id -> text`` over the table's texts,
+    some of which may be packed."""
+
+    __slots__ = ("_held", "_table")
+
+    def __init__(self, table: SubscriptionTable) -> None:
+        self._table, self._held = table, table._filters
+
+    def __getitem__(self, sid: str) -> str:
+        return unpack_text(self._held[sid])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._held)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._held
+
+    def values(self) -> ValuesView[str]:
+        if not self._table._packed:
+            return cast(ValuesView[str], self._held.values())
+        return self._table.texts().values()
+
+    def items(self) -> ItemsView[str, str]:
+        if not self._table._packed:
+            return cast(ItemsView[str, str], self._held.items())
+        return self._table.texts().items()
 
 
 def _last_changes(deltas: Sequence[Delta], current: int, version: int) -> dict[str, str | None]:

@@ -172,7 +172,9 @@ def check_phase(
 
 
 def _cfg(conn: KafkaConnection, prefix: str, tmp_path: Path) -> MatchingConfig:
-    return MatchingConfig(conn=conn, checkpoint=tmp_path / "ckpt", topic_prefix=prefix, available_now=True)
+    # pack_from=1: the table packs its texts after every batch, so that the later batches ship,
+    # save and compare packed texts (the default waits for 4,096 new ones)
+    return MatchingConfig(conn=conn, checkpoint=tmp_path / "ckpt", topic_prefix=prefix, available_now=True, pack_from=1)
 
 
 def test_matches_and_dead_letters_equal_the_oracle(

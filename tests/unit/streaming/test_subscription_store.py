@@ -59,3 +59,16 @@ def test_a_linked_snapshot_restores_like_a_written_one_after_a_restart(tmp_path:
     linked.save_snapshot(1, table.filters, table.version, {0: 1})
     assert os.stat(tmp_path / "a" / "snapshot-1.json").st_nlink == 1
     assert (tmp_path / "a" / "snapshot-0.json").exists()
+
+
+def test_a_packed_table_is_saved_and_restored_as_text(tmp_path: Path) -> None:
+    """The snapshot of a table whose texts are packed holds the texts, and restores them."""
+    texts = {"s1": "x between 1 and 5 and y = 2", "s2": "name startswith 'a' and z != 3", "s3": "odd = '\x01'"}
+    table = _table(list(texts.items()))
+    assert table.pack() == 2  # the third holds a keyword's character: kept as it is
+    store = TableStore(tmp_path)
+    store.save_snapshot(0, table.filters, table.version, {0: 3})
+    loaded = store.load(0)
+    assert loaded is not None
+    restored, _ = loaded
+    assert dict(restored.filters) == texts == table.texts() and restored.version == table.version
