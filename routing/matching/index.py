@@ -1040,6 +1040,22 @@ class MatchIndex:
             exact[: len(self._exact)] = self._exact
             self._exact = exact
 
+    def fit(self) -> None:
+        """Give back the predicate store's room beyond its used records and a sixteenth: a bulk
+        build grows it by half again at a time, so it can end with a third of it unused (about
+        80 bytes per W1 subscription at 10^6).
+
+        >>> index = MatchIndex()
+        >>> index.apply([(f"s{i}", f"x between {i} and {i + 9} and y < {i}") for i in range(3000)])
+        >>> index.fit(); len(index._p_code) <= index._p_used * 17 // 16 + 256
+        True
+        >>> index.apply([("t", "x = 3")]); index.match([{"x": 3, "y": 0}]).all_ids()
+        [['s1', 's2', 's3', 't']]
+        """
+        keep = self._p_used + self._p_used // 16 + 256
+        if len(self._p_code) > keep:
+            self._p_code, self._p_ab = self._p_code[:keep].copy(), self._p_ab[:keep].copy()
+
     def _fit_rows(self) -> None:
         """Give back the bitset rows beyond the used ones and 64 spare: ``_new_row`` grows the rows
         by half again, so a bulk build that made a few thousand does not copy them all each 64."""

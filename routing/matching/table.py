@@ -639,6 +639,8 @@ class IndexReplica:
                 self._index.reserve(len(items))
             for at in range(0, len(items), self._build_chunk):  # bounded temporaries: a chunk at a time
                 self._index.apply(items[at : at + self._build_chunk])
+            if isinstance(self._index, MatchIndex):
+                self._index.fit()
             self._unsaved = len(items)
             self._save_due = len(items) > 0 and self._compiled is not None and isinstance(self._index, MatchIndex)
         else:

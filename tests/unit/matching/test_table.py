@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from routing.matching.index import BruteForceIndex
+from routing.matching.index import BruteForceIndex, MatchIndex
 from routing.matching.language import Filter, parse_filter
 from routing.matching.table import (
     Delta,
@@ -353,6 +353,19 @@ def test_a_replica_rebuilds_only_when_it_must() -> None:
     assert replica.rebuilds == 2 and "s1" in replica.index
     with pytest.raises(ValueError, match="missing"):
         replica.sync(2, lambda: [], (), 3)
+
+
+def test_a_replica_built_from_a_snapshot_keeps_little_room_in_its_predicate_store() -> None:
+    snapshot = [(f"s{i}", f"a{i % 7} between {i} and {i + 50} and b{i % 3} > {i}") for i in range(4000)]
+    replica = IndexReplica(build_chunk=512)
+    replica.sync(1, lambda: snapshot, (), 1)
+    index = replica.index
+    assert isinstance(index, MatchIndex)
+    assert len(index._p_code) <= index._p_used * 17 // 16 + 256  # the build's growth by half again, given back
+    oracle = BruteForceIndex()
+    oracle.apply(snapshot)
+    events = [{"a3": v, "b1": v // 2} for v in range(0, 5000, 97)]
+    assert index.match(events).all_ids() == oracle.match(events).all_ids()
 
 
 def test_a_replica_behind_a_new_snapshot_crosses_it_by_the_bridge() -> None:
