@@ -428,7 +428,7 @@ class MatchIndex:
         for i, (sid, filt) in enumerate(staged):
             queued = queue.get(sid, _MISSING)
             if queued is _MISSING:
-                live -= (sid in subs) if present is None else present[i] >= 0
+                live -= (subs.slot(sid) if present is None else present[i]) >= 0
             else:
                 live -= queued is not None
             live += filt is not None

@@ -52,6 +52,8 @@ from numba import njit
 __all__ = ["KeyTable", "SubscriptionSlots", "add_keys", "discard_values", "find_keys"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / the golden ratio: Fibonacci hashing
+_GOLDEN_INT = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
 _MIN_BITS = 4
 _EMPTY = -1
 
@@ -169,6 +171,23 @@ class KeyTable:
         find_keys(self._table, self._shift, keys_of, keys, out)
         return out
 
+    def find_one(self, keys_of: npt.NDArray[np.int64], key: int) -> int:
+        """The value of one key (-1 for none), probed in Python: cheaper than ``find`` for one key.
+
+        >>> keys = np.asarray([5, -9], dtype=np.int64)
+        >>> table = KeyTable(); _ = table.add(keys, [0, 1])
+        >>> table.find_one(keys, -9), table.find_one(keys, 7)
+        (1, -1)
+        """
+        table = self._table
+        mask = len(table) - 1
+        p = ((key & _MASK64) * _GOLDEN_INT & _MASK64) >> int(self._shift)
+        while True:
+            v = table.item(p)
+            if v < 0 or keys_of.item(v) == key:
+                return int(v)
+            p = (p + 1) & mask
+
     def add(self, keys_of: npt.NDArray[np.int64], values: Any) -> npt.NDArray[np.int64]:
         """Insert each value under its key unless the key has a value (in order, as
         ``dict.setdefault``); the value each key has afterwards (equal to the one given where
@@ -244,7 +263,21 @@ class SubscriptionSlots:
         return len(self._table) + len(self.overflow)
 
     def __contains__(self, subscription_id: object) -> bool:
-        return isinstance(subscription_id, str) and int(self.find([subscription_id])[0]) >= 0
+        return isinstance(subscription_id, str) and self.slot(subscription_id) >= 0
+
+    def slot(self, subscription_id: str) -> int:
+        """One id's slot (-1 for an id not present), found without building an array.
+
+        >>> slots = SubscriptionSlots(); _ = slots.assign(["a", "b"])
+        >>> slots.slot("b"), slots.slot("c")
+        (1, -1)
+        """
+        if self.overflow:
+            got = self.overflow.get(subscription_id)
+            if got is not None:
+                return got
+        s = self._table.find_one(self.hashes, self.key(subscription_id))
+        return s if s >= 0 and self.names[s] == subscription_id else -1
 
     @property
     def nbytes(self) -> int:

@@ -47,7 +47,9 @@ def test_a_key_table_under_churn_equals_a_dict(seed: int, n: int) -> None:
                 model.pop(int(keys_of[v]), None)
         assert len(table) == len(model)
         probe = np.concatenate([keys_of, np.asarray([2**63 - 1, -(2**63), 12345], dtype=np.int64)])
-        assert table.find(keys_of, probe).tolist() == [model.get(int(k), -1) for k in probe.tolist()]
+        expected = [model.get(int(k), -1) for k in probe.tolist()]
+        assert table.find(keys_of, probe).tolist() == expected
+        assert [table.find_one(keys_of, k) for k in probe.tolist()] == expected
         assert table.nbytes * 5 >= len(model) * 4 * 8  # at most five eighths full
 
 
@@ -80,6 +82,7 @@ def test_subscription_slots_under_churn_equal_a_dict(seed: int, colliding: bool)
         model.update(zip(new, slots.assign(new).tolist(), strict=True))
         assert len(slots) == len(model)
         assert slots.find(universe).tolist() == [model.get(sid, -1) for sid in universe]
+        assert [slots.slot(sid) for sid in universe] == [model.get(sid, -1) for sid in universe]
         assert all(slots.names[s] == sid for sid, s in model.items())
         assert set(slots.free) == {s for s, name in enumerate(slots.names) if name is None}
     restored = type(slots).of(list(slots.names), slots.free)
