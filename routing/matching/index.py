@@ -424,6 +424,7 @@ class MatchIndex:
             return
         queue, subs = self._queue, self._subs
         live = self._n_subs
+        # a few ids are probed one by one (SubscriptionSlots.slot), more at once
         present = subs.find(list(map(_FIRST, staged))).tolist() if len(staged) > 8 else None
         for i, (sid, filt) in enumerate(staged):
             queued = queue.get(sid, _MISSING)

@@ -213,7 +213,7 @@ class KeyTable:
             while count * 8 > new * 5:
                 new *= 2
         elif count * 8 < size and size > 1 << _MIN_BITS:
-            new = max(1 << _MIN_BITS, 1 << max(_MIN_BITS, (count * 4).bit_length()))
+            new = 1 << max(_MIN_BITS, (count * 4).bit_length())
         else:
             return
         values = self._table[self._table >= 0].astype(np.int64)

@@ -324,7 +324,7 @@ class SubscriptionTable:
         filters = self._filters
         if len(filters) - self._packed - self._stuck < max(1, least):
             return 0
-        ids = [sid for sid, text in filters.items() if type(text) is str][:limit]
+        ids = list(islice((sid for sid, text in filters.items() if type(text) is str), limit))
         packed = pack_texts([cast(str, filters[sid]) for sid in ids])
         filters.update(zip(ids, packed, strict=True))
         done = sum(map(isinstance, packed, repeat(bytes)))
