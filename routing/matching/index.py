@@ -33,8 +33,8 @@ import math
 import re
 import sys
 import zlib
-from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate, chain, compress, count, islice, repeat
 from operator import attrgetter, eq, is_, is_not, itemgetter, not_
 from typing import Any, Final, TypeAlias, cast
@@ -122,11 +122,6 @@ def _grow(arr: npt.NDArray[Any], size: int, fill: Any = 0) -> npt.NDArray[Any]:
 def _by_op_memo() -> defaultdict[str, dict[tuple[object, ...], _Cached]]:
     """One attribute's part of the predicate cache: by operator name, then literals."""
     return defaultdict(dict)
-
-
-def _consume(side_effects: Iterator[object]) -> None:
-    """Run an iterator to its end in C, for the side effects of its steps (itertools' recipe)."""
-    deque(side_effects, maxlen=0)
 
 
 def _exact_double(x: object) -> bool:

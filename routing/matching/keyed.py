@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import compress, repeat
 from operator import eq, is_not
 from typing import Any, cast
@@ -308,7 +308,7 @@ class SubscriptionSlots:
         k = min(len(free), len(ids))
         reused = free[len(free) - k :][::-1]  # the order single pops would take them in
         del free[len(free) - k :]
-        deque(map(names.__setitem__, reused, ids), maxlen=0)
+        _consume(map(names.__setitem__, reused, ids))
         n = len(names)
         names.extend(ids[k:])
         slots = np.asarray(reused + list(range(n, len(names))), dtype=np.int64)
@@ -330,7 +330,7 @@ class SubscriptionSlots:
             self._table.discard(self.hashes, in_table)
         else:
             self._table.discard(self.hashes, slots)
-        deque(map(self.names.__setitem__, listed, repeat(None)), maxlen=0)
+        _consume(map(self.names.__setitem__, listed, repeat(None)))
         self.free.extend(listed)
 
     def _put(self, ids: Sequence[str], slots: npt.NDArray[np.int64]) -> None:
@@ -340,3 +340,8 @@ class SubscriptionSlots:
         if not np.array_equal(got, slots):  # ids of hashes that other present ids have
             for i in np.flatnonzero(got != slots).tolist():
                 self.overflow[ids[i]] = int(slots[i])
+
+
+def _consume(side_effects: Iterator[object]) -> None:
+    """Run an iterator to its end in C, for the side effects of its steps (itertools' recipe)."""
+    deque(side_effects, maxlen=0)
